@@ -1,0 +1,84 @@
+#pragma once
+/// \file tensor/scaled_tensor.hpp
+/// scaled_tensor<P, ...>: an fp8 payload plus one fp32 scale per tensor. The convention is
+/// Transformer Engine's: payload = round(x * scale), so x ~= payload * scale_inv with
+/// scale_inv = 1 / scale. quantize picks scale = max_finite / amax / 2^margin so that the
+/// largest magnitude lands on (or, with a margin, below) the format's largest finite value.
+///
+///   auto q = tessera::quantize<tessera::fp8_e4m3>(x);   // x: fp32 tensor
+///   auto back = tessera::dequantize(q);                  // fp32 again, within fp8 rounding
+
+#include <tessera/tensor/ops.hpp>
+
+#include <cmath>
+
+namespace tessera {
+
+template <Fp8Precision P, class Ext, Layout L = layout_right,
+          class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct scaled_tensor {
+  using precision = P;
+  using extents_type = Ext;
+  using layout = L;
+  using memory_space = MemorySpace;
+  static constexpr std::size_t rank = Ext::rank;
+
+  Tensor<P, Ext, L, MemorySpace> data; ///< the fp8 payload
+  float scale = 1.f;                   ///< payload = round(x * scale)
+
+  float scale_inv() const noexcept { return 1.f / scale; }
+  const Ext& extents() const noexcept { return data.extents(); }
+  index_t extent(std::size_t i) const noexcept { return data.extent(i); }
+};
+
+/// The scale that maps amax to max_finite / 2^margin. A zero, infinite or NaN amax gives no
+/// information, so the previous scale is kept (what delayed-scaling recipes do).
+template <Fp8Precision P>
+float scale_for_amax(float amax, int margin = 0, float previous = 1.f) noexcept {
+  if (!(amax > 0.f) || !std::isfinite(amax)) return previous;
+  const float s = precision_traits<P>::max_finite / amax / std::ldexp(1.f, margin);
+  return std::isfinite(s) ? s : previous;
+}
+
+/// Quantizes an fp32 (or bf16) tensor to scaled fp8: computes amax, picks the scale, converts
+/// with saturation.
+template <Fp8Precision P, class Exec, class SrcP, class E, class L, class M>
+scaled_tensor<P, E, L, M> quantize(const Exec& exec, const Tensor<SrcP, E, L, M>& x,
+                                   int margin = 0) {
+  scaled_tensor<P, E, L, M> q{
+      Tensor<P, E, L, M>::uninitialized(x.label() + "_" + precision_traits<P>::name,
+                                        x.extents()),
+      scale_for_amax<P>(amax(exec, x), margin, 1.f)};
+  const auto* in = x.data();
+  auto* out = q.data.data();
+  const float s = q.scale;
+  Kokkos::parallel_for(
+      "tessera::quantize", Kokkos::RangePolicy<Exec>(exec, 0, x.size()),
+      KOKKOS_LAMBDA(const index_t i) { out[i] = from_float<P, saturate>(to_float(in[i]) * s); });
+  exec.fence();
+  return q;
+}
+template <Fp8Precision P, class SrcP, class E, class L, class M>
+scaled_tensor<P, E, L, M> quantize(const Tensor<SrcP, E, L, M>& x, int margin = 0) {
+  return quantize<P>(detail::default_exec_t<Tensor<SrcP, E, L, M>>{}, x, margin);
+}
+
+/// payload * scale_inv as an fp32 tensor.
+template <class Exec, class P, class E, class L, class M>
+Tensor<fp32, E, L, M> dequantize(const Exec& exec, const scaled_tensor<P, E, L, M>& q) {
+  auto y = Tensor<fp32, E, L, M>::uninitialized(q.data.label() + "_dequant", q.extents());
+  const auto* in = q.data.data();
+  auto* out = y.data();
+  const float si = q.scale_inv();
+  Kokkos::parallel_for(
+      "tessera::dequantize", Kokkos::RangePolicy<Exec>(exec, 0, y.size()),
+      KOKKOS_LAMBDA(const index_t i) { out[i] = to_float(in[i]) * si; });
+  exec.fence();
+  return y;
+}
+template <class P, class E, class L, class M>
+Tensor<fp32, E, L, M> dequantize(const scaled_tensor<P, E, L, M>& q) {
+  return dequantize(detail::default_exec_t<Tensor<P, E, L, M>>{}, q);
+}
+
+} // namespace tessera

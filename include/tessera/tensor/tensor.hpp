@@ -1,0 +1,113 @@
+#pragma once
+/// \file tensor/tensor.hpp
+/// Tensor<P, Extents, Layout, MemorySpace>: owns its elements in a Kokkos::View of P's storage
+/// type. Copies are shallow and reference-counted, like Kokkos::View; deep_copy copies elements.
+/// Precision and static shape are part of the type.
+///
+///   using batch_t = tessera::Tensor<tessera::bf16, tessera::extents<tessera::dyn, 1, 28, 28>>;
+///   batch_t x("x", 64);                                   // (64, 1, 28, 28) bf16, zeroed
+///   tessera::Tensor<tessera::fp32, tessera::extents<128, 64>> w("w"); // all static
+
+#include <tessera/tensor/tensor_view.hpp>
+
+#include <string>
+
+namespace tessera {
+
+template <Precision P, class Ext, Layout L = layout_right,
+          class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+class Tensor {
+  static_assert(is_extents<Ext>::value,
+                "tessera::Tensor: the second template argument must be tessera::extents<...>.");
+  static_assert(L::contiguous,
+                "tessera::Tensor: an owning tensor is contiguous (layout_right or layout_left); "
+                "use TensorView for strided access.");
+
+public:
+  using precision = P;
+  using extents_type = Ext;
+  using layout = L;
+  using memory_space = MemorySpace;
+  using storage_type = storage_t<P>;
+  using view_type = TensorView<P, Ext, L, MemorySpace>;
+  using kokkos_view_type = Kokkos::View<storage_type*, MemorySpace>;
+  static constexpr std::size_t rank = Ext::rank;
+
+  Tensor() = default;
+
+  /// Allocates a zero-filled tensor; one size per dynamic extent.
+  template <class... I>
+    requires(sizeof...(I) == Ext::rank_dynamic && (std::is_convertible_v<I, index_t> && ...))
+  explicit Tensor(const std::string& label, I... dynamic_extents)
+      : Tensor(label, make_ext(dynamic_extents...)) {}
+
+  /// Allocates a zero-filled tensor of the given extents.
+  Tensor(const std::string& label, const Ext& e)
+      : ext_(e), data_(label, static_cast<std::size_t>(e.size())) {}
+
+  /// Allocates without initialising the elements (the caller overwrites them all).
+  static Tensor uninitialized(const std::string& label, const Ext& e) {
+    Tensor t;
+    t.ext_ = e;
+    t.data_ = kokkos_view_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+                               static_cast<std::size_t>(e.size()));
+    return t;
+  }
+
+  /// Adopts an existing 1-D Kokkos::View holding exactly e.size() elements (shares it).
+  Tensor(kokkos_view_type data, const Ext& e) : ext_(e), data_(std::move(data)) {
+    if (static_cast<index_t>(data_.extent(0)) != e.size())
+      throw shape_error("tessera::Tensor: view '" + data_.label() + "' holds " +
+                        std::to_string(data_.extent(0)) + " elements, shape " + shape_string(e) +
+                        " needs " + std::to_string(e.size()));
+  }
+
+  view_type view() const { return view_type(data_.data(), ext_); }
+  operator view_type() const { return view(); } // NOLINT: a tensor is usable where a view is
+  auto slice(index_t begin, index_t end) const { return view().slice(begin, end); }
+
+  storage_type* data() const noexcept { return data_.data(); }
+  const kokkos_view_type& kokkos_view() const noexcept { return data_; }
+  const Ext& extents() const noexcept { return ext_; }
+  index_t extent(std::size_t i) const noexcept { return ext_.extent(i); }
+  index_t size() const noexcept { return ext_.size(); }
+  std::string label() const { return data_.label(); }
+  bool is_allocated() const noexcept { return data_.data() != nullptr || ext_.size() == 0; }
+
+  /// Element access from host code (a host memory space). Kernels capture view() instead.
+  template <class... I>
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  storage_type& operator()(I... idx) const noexcept {
+    return view()(idx...);
+  }
+
+private:
+  template <class... I>
+  static Ext make_ext(I... d) {
+    if constexpr (sizeof...(I) == 0) {
+      return Ext{};
+    } else {
+      return Ext(static_cast<index_t>(d)...);
+    }
+  }
+
+  Ext ext_{};
+  kokkos_view_type data_;
+};
+
+template <class T>
+struct is_tensor : std::false_type {};
+template <class P, class E, class L, class M>
+struct is_tensor<Tensor<P, E, L, M>> : std::true_type {};
+
+/// A tensor of the same shape and layout in another precision or memory space.
+template <Precision P2, class T, class Space2 = typename T::memory_space>
+using rebind_tensor_t =
+    Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
+
+/// A host tensor with the same precision, shape and layout (for reading results).
+template <class T>
+using host_tensor_t = Tensor<typename T::precision, typename T::extents_type,
+                             typename T::layout, Kokkos::HostSpace>;
+
+} // namespace tessera

@@ -1,0 +1,8 @@
+#pragma once
+/// \file tessera.hpp
+/// Umbrella header: everything tessera offers. Prefer the entry header of the module you use
+/// (tessera/precision.hpp, tessera/tensor.hpp, ...) to keep builds fast.
+
+#include <tessera/config.hpp>
+#include <tessera/precision.hpp>
+#include <tessera/tensor.hpp>

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds tessera's tests and runs them with CTest, bootstrapping dependencies first.
+#   scripts/test.sh                 # everything (the exhaustive conversion tests included)
+#   scripts/test.sh -L precision    # extra arguments go to ctest
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+kokkos=$("$root/scripts/bootstrap.sh" | tail -n 1)
+build=${TESSERA_BUILD_DIR:-$root/build}
+jobs=${TESSERA_JOBS:-$(nproc)}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
+  -DTESSERA_BUILD_TESTS=ON >/dev/null
+cmake --build "$build" -j "$jobs"
+cd "$build"
+OMP_PROC_BIND=${OMP_PROC_BIND:-false} ctest --output-on-failure -j "$jobs" "$@"
