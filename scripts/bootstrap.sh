@@ -21,7 +21,7 @@ packages=(
   libboost-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist zlib1g-dev
   clang-format
 )
 missing=()

@@ -6,3 +6,4 @@
 #include <tessera/config.hpp>
 #include <tessera/precision.hpp>
 #include <tessera/tensor.hpp>
+#include <tessera/gemm.hpp>
