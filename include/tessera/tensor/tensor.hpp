@@ -14,11 +14,18 @@
 
 namespace tessera {
 
-template <Precision P, class Ext, Layout L = layout_right,
+// The parameters are checked by static_asserts (not by constraints on the template head) so
+// that a misuse reports one sentence instead of a concept-satisfaction trace.
+template <class P, class Ext, class L = layout_right,
           class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 class Tensor {
+  static_assert(Precision<P>,
+                "tessera::Tensor: the first template argument must be a precision tag "
+                "(tessera::fp32, bf16, fp8_e4m3 or fp8_e5m2), not a storage type such as float.");
   static_assert(is_extents<Ext>::value,
                 "tessera::Tensor: the second template argument must be tessera::extents<...>.");
+  static_assert(Layout<L>, "tessera::Tensor: the third template argument must be a layout "
+                           "(tessera::layout_right or tessera::layout_left).");
   static_assert(L::contiguous,
                 "tessera::Tensor: an owning tensor is contiguous (layout_right or layout_left); "
                 "use TensorView for strided access.");
@@ -35,9 +42,10 @@ public:
 
   Tensor() = default;
 
-  /// Allocates a zero-filled tensor; one size per dynamic extent.
+  /// Allocates a zero-filled tensor; exactly one size per dynamic extent (checked at compile
+  /// time, with a message), e.g. Tensor<fp32, extents<dyn, 3>>("x", 64) is (64, 3).
   template <class... I>
-    requires(sizeof...(I) == Ext::rank_dynamic && (std::is_convertible_v<I, index_t> && ...))
+    requires(std::is_convertible_v<I, index_t> && ...)
   explicit Tensor(const std::string& label, I... dynamic_extents)
       : Tensor(label, make_ext(dynamic_extents...)) {}
 
@@ -84,7 +92,10 @@ public:
 private:
   template <class... I>
   static Ext make_ext(I... d) {
-    if constexpr (sizeof...(I) == 0) {
+    static_assert(sizeof...(I) == Ext::rank_dynamic,
+                  "tessera::Tensor: pass exactly one size per tessera::dyn extent of the shape; "
+                  "static extents are part of the type and are not passed.");
+    if constexpr (sizeof...(I) == 0 || sizeof...(I) != Ext::rank_dynamic) {
       return Ext{};
     } else {
       return Ext(static_cast<index_t>(d)...);
