@@ -61,7 +61,9 @@ void fill(const Tensor<P, E, L, M>& t, float value) {
   fill(detail::default_exec_t<Tensor<P, E, L, M>>{}, t, value);
 }
 
-/// Uniform in [lo, hi), rounded to the tensor's precision.
+/// Uniform on [lo, hi): lo + (hi - lo) * u with u uniform on the 2^24 multiples of 2^-24 in
+/// [0, 1), then rounded to the tensor's precision. The float arithmetic and the rounding may
+/// produce hi itself, so results lie in [lo, hi].
 template <class Exec, class P, class E, class L, class M>
 void fill_uniform(const Exec& exec, const Tensor<P, E, L, M>& t, std::uint64_t seed, float lo,
                   float hi) {
@@ -102,12 +104,17 @@ void fill_normal(const Tensor<P, E, L, M>& t, std::uint64_t seed, float mean = 0
 /// Converts src into dst (same shape and layout, any precisions), rounding to nearest even with
 /// the given overflow policy. On host spaces it runs the vectorised conversion in parallel
 /// chunks; elsewhere a scalar kernel. Both give identical bits.
-template <OverflowPolicy Policy = void, class Exec, class P1, class E1, class L, class M1,
-          class P2, class E2, class M2>
+// Policy is a plain `class` (void = the destination's default policy): a constrained parameter
+// defaulting to void could never be left out, since void is not an OverflowPolicy.
+template <class Policy = void, class Exec, class P1, class E1, class L, class M1, class P2,
+          class E2, class M2>
 void convert_into(const Exec& exec, const Tensor<P1, E1, L, M1>& dst,
                   const Tensor<P2, E2, L, M2>& src) {
+  static_assert(std::is_void_v<Policy> || OverflowPolicy<Policy>,
+                "tessera::convert_into: the overflow policy must be tessera::saturate or "
+                "tessera::overflow_to_inf_nan.");
   using policy = std::conditional_t<std::is_void_v<Policy>, default_overflow_t<P1>, Policy>;
-  detail::require_same_shape("tessera::cast", dst, "dst", src, "src");
+  detail::require_same_shape("tessera::convert_into", dst, "dst", src, "src");
   auto* out = dst.data();
   const auto* in = src.data();
   const index_t n = src.size();

@@ -1,0 +1,63 @@
+#pragma once
+// Shared by the tensor tests: the execution spaces and precisions they are instantiated over, and
+// bitwise comparison of storage values.
+#include <tessera/tensor.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
+
+#include <cstdint>
+#include <tuple>
+
+namespace tessera::testing {
+
+/// Host execution spaces every kernel-running test is instantiated over: Serial (one thread) and
+/// OpenMP (all the threads Kokkos was started with), when Kokkos has them.
+using host_exec_spaces = std::tuple<
+#if defined(KOKKOS_ENABLE_SERIAL)
+    Kokkos::Serial
+#endif
+#if defined(KOKKOS_ENABLE_SERIAL) && defined(KOKKOS_ENABLE_OPENMP)
+    ,
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP)
+    Kokkos::OpenMP
+#endif
+    >;
+
+/// Every precision tessera has, as a Hana tuple of types for hana::for_each.
+inline constexpr auto all_precisions = boost::hana::tuple_t<fp32, bf16, fp8_e4m3, fp8_e5m2>;
+inline constexpr auto fp8_precisions = boost::hana::tuple_t<fp8_e4m3, fp8_e5m2>;
+
+/// Calls f.template operator()<P>() for each type P in a Hana tuple of types.
+template <class Types, class F>
+void for_each_type(Types types, F&& f) {
+  boost::hana::for_each(types,
+                        [&](auto t) { f.template operator()<typename decltype(t)::type>(); });
+}
+
+/// The bit pattern of a storage value, for bitwise comparisons (NaN == NaN, -0 != +0).
+inline std::uint32_t bits_of(float x) {
+  return detail::bit_cast<std::uint32_t>(x);
+}
+inline std::uint32_t bits_of(bfloat16 x) {
+  return x.bits;
+}
+inline std::uint32_t bits_of(float8_e4m3 x) {
+  return x.bits;
+}
+inline std::uint32_t bits_of(float8_e5m2 x) {
+  return x.bits;
+}
+
+/// Index of the first element where two host tensors of the same size differ bitwise, or -1.
+template <class A, class B>
+index_t first_bitwise_difference(const A& a, const B& b) {
+  for (index_t i = 0; i < a.size(); ++i)
+    if (bits_of(a.data()[i]) != bits_of(b.data()[i])) return i;
+  return -1;
+}
+
+} // namespace tessera::testing
