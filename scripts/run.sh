@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job: bootstraps the dependencies, builds the main example and runs it.
+#   scripts/run.sh              # examples/$example with its default arguments
+#   scripts/run.sh --quick      # extra arguments go to the example
+# Idempotent: a second run only checks the dependencies and the build (a few seconds).
+# TESSERA_BUILD_DIR (default build/) and TESSERA_JOBS (default: all cores) as in scripts/test.sh.
+set -euo pipefail
+
+# The main example: examples/<name>.cpp, built as the target <name>.
+example=tour
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+kokkos=$("$root/scripts/bootstrap.sh" | tail -n 1)
+build=${TESSERA_BUILD_DIR:-$root/build}
+jobs=${TESSERA_JOBS:-$(nproc)}
+
+# Configure once, with the same options as scripts/test.sh so both share the build tree; later
+# builds re-run CMake by themselves when a CMakeLists.txt changes.
+if [[ ! -f $build/CMakeCache.txt ]] ||
+  ! grep -qx "Kokkos_ROOT:[A-Z]*=$kokkos" "$build/CMakeCache.txt"; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
+    -DTESSERA_BUILD_TESTS=ON >/dev/null
+fi
+printf '[run] building %s in %s\n' "$example" "$build" >&2
+cmake --build "$build" -j "$jobs" --target "$example" >/dev/null
+OMP_PROC_BIND=${OMP_PROC_BIND:-false} "$build/examples/$example" "$@"
