@@ -1,0 +1,503 @@
+#pragma once
+/// \file conv/conv2d.hpp
+/// 2-D convolution, forward and both backward passes, as im2col + GEMM.
+///
+/// Shapes (NCHW activations, KCRS weights, all row-major within each image / filter):
+///   x, dx (N, C, H, W)    w, dw (K, C/groups, R, S)    bias, dbias (K)    y, dy (N, K, P, Q)
+/// with {P, Q} = params.output_hw(H, W, R, S). Operands are tessera::Tensor or TensorView of any
+/// precision (fp32, bf16, fp8_e4m3, fp8_e5m2, mixed freely); every product is accumulated in
+/// fp32 and each output element is rounded to its precision once. Outputs are overwritten.
+///
+///   tessera::conv2d_params p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+///   tessera::conv2d_workspace<> ws;                        // reused across calls
+///   tessera::conv2d_forward(exec, x, w, b, y, p, ws);           // y = conv(x, w) + b
+///   tessera::conv2d_backward_data(exec, dy, w, dx, p, ws);      // dx = dL/dx
+///   tessera::conv2d_backward_weight(exec, x, dy, dw, db, p, ws); // dw = dL/dw, db = dL/db
+///
+/// Algorithm, per image n, per tile of t output rows (t from the workspace's column budget, see
+/// conv/workspace.hpp), per group g (Cg = C/groups, Kg = K/groups, CRS = Cg*R*S):
+///   forward          col = im2col(x[n], rows of the tile)                (CRS, t*Q)
+///                    y[n, g] tile = W_g (Kg, CRS) * col                 (Kg, t*Q)
+///   backward-data    dcol = W_g^T (CRS, Kg) * dy[n, g] tile              (CRS, t*Q) fp32
+///                    dx[n, g] += col2im(dcol)
+///   backward-weight  dW_g (Kg, CRS) += dy[n, g] tile (Kg, t*Q) * col^T   fp32, over n and tiles
+///                    dbias[k] = sum over n, p, q of dy[n, k, p, q]
+/// 1x1 convolutions with stride 1 and no padding use x (or write dx) directly as the column
+/// matrix. Convolutions with one input channel per group (depthwise: groups == C) use direct
+/// loops (conv/detail/direct.hpp) instead of one tiny GEMM per channel.
+///
+/// Errors: ranks are checked at compile time; at run time mismatched channel counts, groups that
+/// do not divide C and K, invalid parameters, an empty output, and outputs (or bias) of the wrong
+/// shape throw tessera::shape_error / value_error naming the operation, the operands, their shapes
+/// and the parameters, before anything is written.
+
+#include <tessera/conv/detail/direct.hpp>
+#include <tessera/conv/im2col.hpp>
+#include <tessera/conv/params.hpp>
+#include <tessera/conv/workspace.hpp>
+#include <tessera/gemm/gemm.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace tessera {
+
+namespace detail {
+
+struct no_bias_t {};
+
+template <class T>
+concept conv_operand = is_tensor<T>::value || is_tensor_view<T>::value;
+
+/// The sizes of a checked convolution.
+struct conv2d_problem {
+  index_t N, C, H, W, K, R, S, P, Q, G, Cg, Kg;
+  conv2d_params prm;
+
+  /// 1x1, stride 1, no padding: the column matrix of an image is the image itself.
+  bool pointwise() const noexcept {
+    return R == 1 && S == 1 && prm.stride_h == 1 && prm.stride_w == 1 && prm.pad_top == 0 &&
+           prm.pad_bottom == 0 && prm.pad_left == 0 && prm.pad_right == 0;
+  }
+  /// One input channel per group and several groups (depthwise and channel multipliers).
+  bool one_channel_per_group() const noexcept { return Cg == 1 && G > 1; }
+};
+
+template <class V>
+std::string describe(const char* name, const V& v) {
+  return std::string(name) + " " + shape_string(v.extents());
+}
+
+/// Activations must be row-major within each (H, W) plane; weights within each (C/g, R, S) filter
+/// (true for every Tensor and for batch slices of one): the planes become matrix columns.
+template <class V>
+void require_rowmajor(const char* op, const char* name, const V& v, bool filter) {
+  const index_t d1 = v.extent(1), d2 = v.extent(2), d3 = v.extent(3);
+  bool ok = d2 * d3 <= 1 || (v.stride(3) == 1 && (d2 == 1 || v.stride(2) == d3));
+  if (filter) ok = ok && (d1 <= 1 || v.stride(1) == d2 * d3);
+  if (!ok)
+    throw shape_error(std::string(op) + ": " + describe(name, v) + " has strides (" +
+                      std::to_string(v.stride(0)) + ", " + std::to_string(v.stride(1)) + ", " +
+                      std::to_string(v.stride(2)) + ", " + std::to_string(v.stride(3)) +
+                      "); it must be row-major within each " +
+                      (filter ? "filter (C/groups, R, S)" : "image plane (H, W)"));
+}
+
+/// Checks an (x-like, w-like, y-like) triple: (N, C, H, W), (K, C/groups, R, S), (N, K, P, Q).
+template <class XV, class WV, class YV>
+conv2d_problem check_conv2d(const char* op, const char* xn, const XV& x, const char* wn,
+                            const WV& w, const char* yn, const YV& y, const conv2d_params& prm) {
+  static_assert(XV::rank == 4 && WV::rank == 4 && YV::rank == 4,
+                "tessera::conv2d: activations must be rank 4 (N, C, H, W) and weights rank 4 "
+                "(K, C/groups, R, S).");
+  const auto all = [&] {
+    return std::string(op) + ": " + describe(xn, x) + ", " + describe(wn, w) + ", " +
+           describe(yn, y) + ", " + prm.to_string() + ": ";
+  };
+  prm.validate(op);
+  conv2d_problem pb{};
+  pb.prm = prm;
+  pb.N = x.extent(0), pb.C = x.extent(1), pb.H = x.extent(2), pb.W = x.extent(3);
+  pb.K = w.extent(0), pb.R = w.extent(2), pb.S = w.extent(3), pb.G = prm.groups;
+  if (pb.C < 1 || pb.K < 1)
+    throw shape_error(all() + "the channel counts C (dim 1 of " + xn + ") and K (dim 0 of " + wn +
+                      ") must be >= 1");
+  if (pb.C % pb.G != 0 || pb.K % pb.G != 0)
+    throw shape_error(all() + "groups " + std::to_string(pb.G) + " must divide both C = " +
+                      std::to_string(pb.C) + " and K = " + std::to_string(pb.K));
+  pb.Cg = pb.C / pb.G, pb.Kg = pb.K / pb.G;
+  if (w.extent(1) != pb.Cg)
+    throw shape_error(all() + std::string(wn) + " has " + std::to_string(w.extent(1)) +
+                      " input channels per group but " + xn + " has C = " + std::to_string(pb.C) +
+                      " channels in " + std::to_string(pb.G) + " groups, i.e. " +
+                      std::to_string(pb.Cg) + " per group");
+  const auto pq = prm.output_hw_for(op, pb.H, pb.W, pb.R, pb.S);
+  pb.P = pq[0], pb.Q = pq[1];
+  if (y.extent(0) != pb.N || y.extent(1) != pb.K || y.extent(2) != pb.P || y.extent(3) != pb.Q)
+    throw shape_error(all() + std::string(yn) + " must be (N, K, P, Q) = (" + std::to_string(pb.N) +
+                      ", " + std::to_string(pb.K) + ", " + std::to_string(pb.P) + ", " +
+                      std::to_string(pb.Q) + ")");
+  require_rowmajor(op, xn, x, false);
+  require_rowmajor(op, wn, w, true);
+  require_rowmajor(op, yn, y, false);
+  return pb;
+}
+
+template <class BV>
+void check_bias(const char* op, const char* bn, const BV& b, const conv2d_problem& pb) {
+  static_assert(BV::rank == 1, "tessera::conv2d: the bias must be rank 1 (K).");
+  if (b.extent(0) != pb.K)
+    throw shape_error(std::string(op) + ": " + describe(bn, b) + " must have K = " +
+                      std::to_string(pb.K) + " elements (one per output channel)");
+}
+
+/// A (rows, cols) row-major matrix view with leading dimension ld over raw storage.
+template <class P, class M>
+TensorView<P, dextents<2>, layout_stride, M> matrix_view(storage_t<P>* data, index_t rows,
+                                                         index_t cols, index_t ld) {
+  return {data, dextents<2>(rows, cols), {ld, 1}};
+}
+
+/// Output rows per tile: as many as fit in `budget` bytes at `row_bytes` each, in [1, P].
+inline index_t rows_per_tile(std::size_t budget, std::size_t row_bytes, index_t P) {
+  const index_t t = row_bytes == 0 ? P : static_cast<index_t>(budget / row_bytes);
+  return t < 1 ? 1 : (t > P ? P : t);
+}
+
+/// dst(i, j) = src(i, j) + bias[k0 + i], rounded once to dst's precision (src may alias dst).
+template <class Exec, class SrcM, class DstM, class BV>
+void bias_epilogue(const Exec& exec, const SrcM& src, const DstM& dst, const BV& bias, index_t k0) {
+  using pd = typename DstM::precision;
+  const index_t cols = dst.extent(1);
+  Kokkos::parallel_for(
+      "tessera::conv2d_forward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, dst.extent(0)),
+      KOKKOS_LAMBDA(const index_t i) {
+        const float b = to_float(bias(k0 + i));
+        for (index_t j = 0; j < cols; ++j) dst(i, j) = from_float<pd>(to_float(src(i, j)) + b);
+      });
+}
+
+/// Zeroes cg fp32 planes of H rows x W (channel stride cs).
+template <class Exec>
+void zero_planes(const Exec& exec, float* img, index_t cg, index_t cs, index_t H, index_t W) {
+  Kokkos::parallel_for(
+      "tessera::conv2d[zero]", Kokkos::RangePolicy<Exec>(exec, 0, cg * H),
+      KOKKOS_LAMBDA(const index_t i) {
+        float* row = img + (i / H) * cs + (i % H) * W;
+        for (index_t w = 0; w < W; ++w) row[w] = 0.f;
+      });
+}
+
+/// dst (row-major planes, channel stride cs) = src (dense fp32), rounded once.
+template <class Exec, class P>
+void store_planes(const Exec& exec, const float* src, storage_t<P>* dst, index_t c, index_t cs,
+                  index_t H, index_t W) {
+  Kokkos::parallel_for(
+      "tessera::conv2d[store]", Kokkos::RangePolicy<Exec>(exec, 0, c * H),
+      KOKKOS_LAMBDA(const index_t i) {
+        const float* in = src + i * W;
+        storage_t<P>* out = dst + (i / H) * cs + (i % H) * W;
+        for (index_t w = 0; w < W; ++w) out[w] = from_float<P>(in[w]);
+      });
+}
+
+template <class XV, class M>
+void check_workspace_space() {
+  static_assert(std::is_same_v<typename XV::memory_space, M>,
+                "tessera::conv2d: the workspace must live in the tensors' memory space "
+                "(conv2d_workspace<MemorySpace>).");
+}
+
+template <class Exec, class XV, class WV, class BV, class YV, class M>
+void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& bias, const YV& y,
+                         const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
+  check_workspace_space<XV, M>();
+  constexpr bool has_bias = !std::is_same_v<BV, no_bias_t>;
+  using px = typename XV::precision;
+  using pw = typename WV::precision;
+  using py = typename YV::precision;
+  const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
+  if (N == 0) return;
+  if (pb.one_channel_per_group()) {
+    direct_cg1_forward<has_bias>(exec, x, w, bias, y, prm, alpha);
+    exec.fence();
+    return;
+  }
+  const index_t crs = Cg * R * S;
+  const bool pointwise = pb.pointwise();
+  // Low-precision y with a bias: accumulate in an fp32 tile so the output is rounded once.
+  constexpr bool via_acc = has_bias && !std::is_same_v<py, fp32>;
+  const std::size_t xe = sizeof(storage_t<px>);
+  index_t rows = P;
+  if (!pointwise)
+    rows = rows_per_tile(ws.column_budget(), static_cast<std::size_t>(crs * Q) * xe, P);
+  else if (via_acc)
+    rows = rows_per_tile(ws.column_budget(), static_cast<std::size_t>(Kg * Q) * 4, P);
+  const std::size_t col_bytes =
+      pointwise ? 0 : round_up_64(static_cast<std::size_t>(crs * rows * Q) * xe);
+  const std::size_t acc_bytes =
+      via_acc ? round_up_64(static_cast<std::size_t>(Kg * rows * Q) * 4) : 0;
+  unsigned char* base = ws.reserve(col_bytes + acc_bytes);
+  auto* col = reinterpret_cast<storage_t<px>*>(base);
+  auto* acc = reinterpret_cast<float*>(base + col_bytes);
+  const gemm_options opts{.alpha = alpha, .beta = 0.f};
+  for (index_t n = 0; n < N; ++n)
+    for (index_t p0 = 0; p0 < P; p0 += rows) {
+      const index_t p1 = p0 + rows < P ? p0 + rows : P, pix = (p1 - p0) * Q;
+      for (index_t g = 0; g < G; ++g) {
+        const auto wg = matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0));
+        const auto yt = matrix_view<py, M>(
+            y.data() + n * y.stride(0) + g * Kg * y.stride(1) + p0 * Q, Kg, pix, y.stride(1));
+        auto b = matrix_view<px, M>(col, crs, pix, pix);
+        if (pointwise) {
+          b = matrix_view<px, M>(x.data() + n * x.stride(0) + g * Cg * x.stride(1) + p0 * W, Cg,
+                                 pix, x.stride(1));
+        } else {
+          im2col_tile(exec, x, n, g * Cg, Cg, R, S, p0, p1, Q, prm, col);
+        }
+        if constexpr (via_acc) {
+          const auto at = matrix_view<fp32, M>(acc, Kg, pix, pix);
+          gemm(exec, wg, b, at, opts);
+          bias_epilogue(exec, at, yt, bias, g * Kg);
+        } else {
+          gemm(exec, wg, b, yt, opts);
+          if constexpr (has_bias) bias_epilogue(exec, yt, yt, bias, g * Kg);
+        }
+      }
+    }
+  exec.fence();
+}
+
+template <class Exec, class DYV, class WV, class DXV, class M>
+void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, const DXV& dx,
+                               const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
+  check_workspace_space<DXV, M>();
+  using pdy = typename DYV::precision;
+  using pw = typename WV::precision;
+  using pdx = typename DXV::precision;
+  const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
+  if (N == 0) return;
+  if (pb.one_channel_per_group()) {
+    direct_cg1_backward_data(exec, dy, w, dx, prm, alpha);
+    exec.fence();
+    return;
+  }
+  const index_t crs = Cg * R * S;
+  const gemm_options opts{.alpha = alpha, .beta = 0.f};
+  const auto wg_t = [&](index_t g) {
+    return transpose(matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0)));
+  };
+  const auto dy_tile = [&](index_t n, index_t g, index_t p0, index_t pix) {
+    return matrix_view<pdy, M>(dy.data() + n * dy.stride(0) + g * Kg * dy.stride(1) + p0 * Q, Kg,
+                               pix, dy.stride(1));
+  };
+  if (pb.pointwise()) { // dx[n, g] (Cg, H*W) = W_g^T dy[n, g]: no columns, one rounding
+    for (index_t n = 0; n < N; ++n)
+      for (index_t g = 0; g < G; ++g)
+        gemm(exec, wg_t(g), dy_tile(n, g, 0, P * Q),
+             matrix_view<pdx, M>(dx.data() + n * dx.stride(0) + g * Cg * dx.stride(1), Cg, H * W,
+                                 dx.stride(1)),
+             opts);
+    exec.fence();
+    return;
+  }
+  constexpr bool dx_f32 = std::is_same_v<pdx, fp32>;
+  const index_t rows = rows_per_tile(ws.column_budget(), static_cast<std::size_t>(crs * Q) * 4, P);
+  const bool single = rows >= P; // one tile per image: col2im overwrites instead of adding
+  const std::size_t col_bytes = round_up_64(static_cast<std::size_t>(crs * rows * Q) * 4);
+  const std::size_t img_bytes = dx_f32 ? 0 : round_up_64(static_cast<std::size_t>(C * H * W) * 4);
+  unsigned char* base = ws.reserve(col_bytes + img_bytes);
+  auto* dcol = reinterpret_cast<float*>(base);
+  auto* img = reinterpret_cast<float*>(base + col_bytes);
+  for (index_t n = 0; n < N; ++n) {
+    float* target = img;
+    index_t tcs = H * W;
+    if constexpr (dx_f32) { // accumulate straight into dx
+      target = dx.data() + n * dx.stride(0);
+      tcs = dx.stride(1);
+    }
+    if (!single) zero_planes(exec, target, C, tcs, H, W);
+    for (index_t p0 = 0; p0 < P; p0 += rows) {
+      const index_t p1 = p0 + rows < P ? p0 + rows : P, pix = (p1 - p0) * Q;
+      for (index_t g = 0; g < G; ++g) {
+        gemm(exec, wg_t(g), dy_tile(n, g, p0, pix), matrix_view<fp32, M>(dcol, crs, pix, pix),
+             opts);
+        col2im_tile(exec, dcol, Cg, R, S, p0, p1, Q, prm, target + g * Cg * tcs, tcs, H, W,
+                    !single);
+      }
+    }
+    if constexpr (!dx_f32)
+      store_planes<Exec, pdx>(exec, img, dx.data() + n * dx.stride(0), C, dx.stride(1), H, W);
+  }
+  exec.fence();
+}
+
+template <class Exec, class XV, class DYV, class DWV, class M>
+void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
+                                 const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
+  check_workspace_space<XV, M>();
+  using px = typename XV::precision;
+  using pdy = typename DYV::precision;
+  using pdw = typename DWV::precision;
+  const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
+  if (pb.one_channel_per_group()) { // N == 0 included: the empty sums give zeros
+    direct_cg1_backward_weight(exec, x, dy, dw, prm, alpha);
+    exec.fence();
+    return;
+  }
+  const index_t crs = Cg * R * S;
+  const bool pointwise = pb.pointwise();
+  constexpr bool dw_f32 = std::is_same_v<pdw, fp32>;
+  const std::size_t xe = sizeof(storage_t<px>);
+  const index_t rows =
+      pointwise ? P : rows_per_tile(ws.column_budget(), static_cast<std::size_t>(crs * Q) * xe, P);
+  const std::size_t col_bytes =
+      pointwise ? 0 : round_up_64(static_cast<std::size_t>(crs * rows * Q) * xe);
+  const std::size_t acc_bytes = dw_f32 ? 0 : round_up_64(static_cast<std::size_t>(K * crs) * 4);
+  unsigned char* base = ws.reserve(col_bytes + acc_bytes);
+  auto* col = reinterpret_cast<storage_t<px>*>(base);
+  float* target = reinterpret_cast<float*>(base + col_bytes);
+  index_t ld = crs;
+  if constexpr (dw_f32) { // accumulate straight into dw
+    target = dw.data();
+    ld = dw.stride(0);
+  }
+  if (N == 0) zero_planes(exec, target, K, ld, 1, crs);
+  for (index_t n = 0; n < N; ++n)
+    for (index_t p0 = 0; p0 < P; p0 += rows) {
+      const index_t p1 = p0 + rows < P ? p0 + rows : P, pix = (p1 - p0) * Q;
+      for (index_t g = 0; g < G; ++g) {
+        auto b = matrix_view<px, M>(col, crs, pix, pix);
+        if (pointwise) {
+          b = matrix_view<px, M>(x.data() + n * x.stride(0) + g * Cg * x.stride(1) + p0 * W, Cg,
+                                 pix, x.stride(1));
+        } else {
+          im2col_tile(exec, x, n, g * Cg, Cg, R, S, p0, p1, Q, prm, col);
+        }
+        const auto dyt = matrix_view<pdy, M>(
+            dy.data() + n * dy.stride(0) + g * Kg * dy.stride(1) + p0 * Q, Kg, pix, dy.stride(1));
+        const float beta = n == 0 && p0 == 0 ? 0.f : 1.f; // first tile overwrites
+        gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
+             gemm_options{.alpha = alpha, .beta = beta});
+      }
+    }
+  if constexpr (!dw_f32) store_planes<Exec, pdw>(exec, target, dw.data(), K, dw.stride(0), 1, crs);
+  exec.fence();
+}
+
+/// dbias[k] = alpha * sum over n, p, q of dy[n, k, p, q]; each (n, p) row of Q is summed first,
+/// so the fp32 error grows with Q + N*P rather than N*P*Q.
+template <class Exec, class DYV, class DBV>
+void conv2d_bias_grad(const Exec& exec, const DYV& dy, const DBV& db, float alpha) {
+  using pb = typename DBV::precision;
+  const index_t N = dy.extent(0), P = dy.extent(2), Q = dy.extent(3);
+  Kokkos::parallel_for(
+      "tessera::conv2d_backward_weight[bias]", Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(1)),
+      KOKKOS_LAMBDA(const index_t k) {
+        float acc = 0.f;
+        for (index_t n = 0; n < N; ++n)
+          for (index_t p = 0; p < P; ++p) {
+            float row = 0.f;
+            for (index_t q = 0; q < Q; ++q) row += to_float(dy(n, k, p, q));
+            acc += row;
+          }
+        db(k) = from_float<pb>(alpha * acc);
+      });
+  exec.fence();
+}
+
+} // namespace detail
+
+/// y = conv2d(x, w) (+ bias): y[n, k, p, q] = sum_{c in group(k), r, s} x[n, c, p*stride_h -
+/// pad_top + r*dilation_h, q*stride_w - pad_left + s*dilation_w] w[k, c - group start, r, s]
+/// (+ bias[k]). x (N, C, H, W), w (K, C/groups, R, S), bias (K), y (N, K, P, Q) overwritten.
+/// Scratch memory comes from ws (grown at the start of the call if needed).
+///   tessera::conv2d_forward(exec, x, w, b, y, {.pad_top = 1, ...}, ws);
+template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand B,
+          detail::conv_operand Y, class M>
+void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bias_in,
+                    const Y& y_in, const conv2d_params& params, conv2d_workspace<M>& ws) {
+  const auto x = detail::conv_as_view(x_in);
+  const auto w = detail::conv_as_view(w_in);
+  const auto bias = detail::conv_as_view(bias_in);
+  const auto y = detail::conv_as_view(y_in);
+  const char* op = "tessera::conv2d_forward";
+  const auto pb = detail::check_conv2d(op, "x", x, "w", w, "y", y, params);
+  detail::check_bias(op, "bias", bias, pb);
+  detail::conv2d_forward_impl(exec, x, w, bias, y, pb, ws, 1.f);
+}
+
+/// y = conv2d(x, w) without bias; see the overload with bias.
+template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand Y,
+          class M>
+void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_in,
+                    const conv2d_params& params, conv2d_workspace<M>& ws) {
+  const auto x = detail::conv_as_view(x_in);
+  const auto w = detail::conv_as_view(w_in);
+  const auto y = detail::conv_as_view(y_in);
+  const auto pb = detail::check_conv2d("tessera::conv2d_forward", "x", x, "w", w, "y", y, params);
+  detail::conv2d_forward_impl(exec, x, w, detail::no_bias_t{}, y, pb, ws, 1.f);
+}
+
+/// dx = dL/dx for y = conv2d(x, w): the transposed convolution of dy with w.
+/// dy (N, K, P, Q), w (K, C/groups, R, S), dx (N, C, H, W) overwritten; H and W are dx's.
+template <class Exec, detail::conv_operand DY, detail::conv_operand Wt, detail::conv_operand DX,
+          class M>
+void conv2d_backward_data(const Exec& exec, const DY& dy_in, const Wt& w_in, const DX& dx_in,
+                          const conv2d_params& params, conv2d_workspace<M>& ws) {
+  const auto dy = detail::conv_as_view(dy_in);
+  const auto w = detail::conv_as_view(w_in);
+  const auto dx = detail::conv_as_view(dx_in);
+  const auto pb =
+      detail::check_conv2d("tessera::conv2d_backward_data", "dx", dx, "w", w, "dy", dy, params);
+  detail::conv2d_backward_data_impl(exec, dy, w, dx, pb, ws, 1.f);
+}
+
+/// dw = dL/dw for y = conv2d(x, w): dw[k, c, r, s] = sum over n, p, q of dy[n, k, p, q] times
+/// the input pixel (c, r, s) of window (p, q). x (N, C, H, W), dy (N, K, P, Q),
+/// dw (K, C/groups, R, S) overwritten (zero for N == 0).
+template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW,
+          class M>
+void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, const DW& dw_in,
+                            const conv2d_params& params, conv2d_workspace<M>& ws) {
+  const auto x = detail::conv_as_view(x_in);
+  const auto dy = detail::conv_as_view(dy_in);
+  const auto dw = detail::conv_as_view(dw_in);
+  const auto pb =
+      detail::check_conv2d("tessera::conv2d_backward_weight", "x", x, "dw", dw, "dy", dy, params);
+  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws, 1.f);
+}
+
+/// dw as above and dbias[k] = sum over n, p, q of dy[n, k, p, q] (dbias (K) overwritten).
+template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW,
+          detail::conv_operand DB, class M>
+void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, const DW& dw_in,
+                            const DB& db_in, const conv2d_params& params, conv2d_workspace<M>& ws) {
+  const auto x = detail::conv_as_view(x_in);
+  const auto dy = detail::conv_as_view(dy_in);
+  const auto dw = detail::conv_as_view(dw_in);
+  const auto db = detail::conv_as_view(db_in);
+  const char* op = "tessera::conv2d_backward_weight";
+  const auto pb = detail::check_conv2d(op, "x", x, "dw", dw, "dy", dy, params);
+  detail::check_bias(op, "dbias", db, pb);
+  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws, 1.f);
+  detail::conv2d_bias_grad(exec, dy, db, 1.f);
+}
+
+// The same five calls without a workspace argument: each allocates a temporary workspace (once,
+// at its start). Layers called repeatedly should keep a conv2d_workspace and pass it.
+
+template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand Y>
+void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const Y& y,
+                    const conv2d_params& params) {
+  conv2d_workspace<typename X::memory_space> ws;
+  conv2d_forward(exec, x, w, y, params, ws);
+}
+template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand B,
+          detail::conv_operand Y>
+void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const B& bias, const Y& y,
+                    const conv2d_params& params) {
+  conv2d_workspace<typename X::memory_space> ws;
+  conv2d_forward(exec, x, w, bias, y, params, ws);
+}
+template <class Exec, detail::conv_operand DY, detail::conv_operand Wt, detail::conv_operand DX>
+void conv2d_backward_data(const Exec& exec, const DY& dy, const Wt& w, const DX& dx,
+                          const conv2d_params& params) {
+  conv2d_workspace<typename DX::memory_space> ws;
+  conv2d_backward_data(exec, dy, w, dx, params, ws);
+}
+template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW>
+void conv2d_backward_weight(const Exec& exec, const X& x, const DY& dy, const DW& dw,
+                            const conv2d_params& params) {
+  conv2d_workspace<typename X::memory_space> ws;
+  conv2d_backward_weight(exec, x, dy, dw, params, ws);
+}
+template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW,
+          detail::conv_operand DB>
+void conv2d_backward_weight(const Exec& exec, const X& x, const DY& dy, const DW& dw,
+                            const DB& dbias, const conv2d_params& params) {
+  conv2d_workspace<typename X::memory_space> ws;
+  conv2d_backward_weight(exec, x, dy, dw, dbias, params, ws);
+}
+
+} // namespace tessera

@@ -1,0 +1,77 @@
+#pragma once
+/// \file conv/params.hpp
+/// conv2d_params: stride, per-side padding, dilation and groups of a 2-D convolution, and the
+/// output size they give. Layouts are NCHW for activations and KCRS for weights:
+///
+///   x  (N, C, H, W)           input
+///   w  (K, C / groups, R, S)  weights (K output channels, an R x S window)
+///   y  (N, K, P, Q)           output, P = (H + pad_top + pad_bottom - dilation_h (R - 1) - 1)
+///                                         / stride_h + 1, Q likewise
+///
+///   tessera::conv2d_params p{.stride_h = 2, .stride_w = 2, .pad_top = 3, .pad_bottom = 3,
+///                            .pad_left = 3, .pad_right = 3};
+///   auto [P, Q] = p.output_hw(224, 224, 7, 7);   // {112, 112}
+
+#include <tessera/config/error.hpp>
+#include <tessera/tensor/extents.hpp>
+
+#include <array>
+#include <string>
+
+namespace tessera {
+
+/// Run-time parameters of a 2-D convolution (see the file comment for the shapes).
+struct conv2d_params {
+  index_t stride_h = 1, stride_w = 1;
+  index_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  index_t dilation_h = 1, dilation_w = 1;
+  index_t groups = 1;
+
+  /// "stride (1, 1), padding (top 0, bottom 0, left 0, right 0), dilation (1, 1), groups 1":
+  /// for error messages.
+  std::string to_string() const {
+    const auto s = [](index_t v) { return std::to_string(v); };
+    return "stride (" + s(stride_h) + ", " + s(stride_w) + "), padding (top " + s(pad_top) +
+           ", bottom " + s(pad_bottom) + ", left " + s(pad_left) + ", right " + s(pad_right) +
+           "), dilation (" + s(dilation_h) + ", " + s(dilation_w) + "), groups " + s(groups);
+  }
+
+  /// Throws value_error unless strides and dilations are >= 1, paddings >= 0 and groups >= 1.
+  void validate(const char* op = "tessera::conv2d_params") const {
+    if (stride_h < 1 || stride_w < 1 || dilation_h < 1 || dilation_w < 1 || pad_top < 0 ||
+        pad_bottom < 0 || pad_left < 0 || pad_right < 0 || groups < 1)
+      throw value_error(std::string(op) + ": " + to_string() +
+                        ": strides, dilations and groups must be >= 1 and paddings >= 0");
+  }
+
+  /// The output size {P, Q} for an input of H x W and a kernel of R x S. Throws value_error
+  /// (for invalid parameters or a kernel < 1) or shape_error (when the dilated kernel does not
+  /// fit in the padded input, i.e. the output would be empty) naming the input size, the kernel,
+  /// the stride, the padding and the dilation.
+  std::array<index_t, 2> output_hw(index_t H, index_t W, index_t R, index_t S) const {
+    return output_hw_for("tessera::conv2d_params::output_hw", H, W, R, S);
+  }
+
+  /// output_hw, with the calling operation named in the error message.
+  std::array<index_t, 2> output_hw_for(const char* op, index_t H, index_t W, index_t R,
+                                       index_t S) const {
+    validate(op);
+    const auto s = [](index_t v) { return std::to_string(v); };
+    if (R < 1 || S < 1 || H < 0 || W < 0)
+      throw value_error(std::string(op) + ": kernel " + s(R) + "x" + s(S) + " on input " + s(H) +
+                        "x" + s(W) + ": kernel sizes must be >= 1 and input sizes >= 0");
+    // The span of the last window start: padded size minus the dilated kernel extent. Checked
+    // before dividing, since C++ division truncates -1 / 2 to 0.
+    const index_t span_h = H + pad_top + pad_bottom - dilation_h * (R - 1) - 1;
+    const index_t span_w = W + pad_left + pad_right - dilation_w * (S - 1) - 1;
+    if (span_h < 0 || span_w < 0)
+      throw shape_error(std::string(op) + ": input " + s(H) + "x" + s(W) + " with kernel " + s(R) +
+                        "x" + s(S) + ", " + to_string() + " gives an empty output (" +
+                        s(span_h < 0 ? 0 : span_h / stride_h + 1) + "x" +
+                        s(span_w < 0 ? 0 : span_w / stride_w + 1) +
+                        "): the dilated kernel must fit in the padded input");
+    return {span_h / stride_h + 1, span_w / stride_w + 1};
+  }
+};
+
+} // namespace tessera
