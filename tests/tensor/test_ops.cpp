@@ -80,6 +80,7 @@ float host_amax(const host_vec<P>& h) {
 TEMPLATE_LIST_TEST_CASE("deep_copy round-trips between the host and the execution space",
                         "[tensor][deep_copy]", host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   for_each_type(all_precisions, [&]<class P>() {
     INFO(precision_traits<P>::name);
     for (const index_t n : {index_t{0}, index_t{1}, index_t{1000}}) {
@@ -103,6 +104,7 @@ TEMPLATE_LIST_TEST_CASE("deep_copy round-trips between the host and the executio
 TEMPLATE_LIST_TEST_CASE("fill sets every element to the value rounded to the precision",
                         "[tensor][fill]", host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   const std::vector<float> values = {0.f,
                                      -0.f,
                                      1.f / 3.f,
@@ -130,6 +132,7 @@ TEMPLATE_LIST_TEST_CASE("fill sets every element to the value rounded to the pre
 TEMPLATE_LIST_TEST_CASE("cast equals the scalar conversion element by element", "[tensor][cast]",
                         host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   for_each_type(all_precisions, [&]<class From>() {
     for_each_type(all_precisions, [&]<class To>() {
       INFO(precision_traits<From>::name << " -> " << precision_traits<To>::name);
@@ -156,6 +159,7 @@ TEMPLATE_LIST_TEST_CASE("cast equals the scalar conversion element by element", 
 TEMPLATE_LIST_TEST_CASE("convert_into writes into an existing tensor (default policy)",
                         "[tensor][cast]", host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   const auto h = random_host_vec<fp32>(20000, 3);
   const auto src = on_space<fp32, exec>(h);
   vec<fp8_e4m3, exec> dst("dst", 20000);
@@ -168,6 +172,7 @@ TEMPLATE_LIST_TEST_CASE("convert_into writes into an existing tensor (default po
 TEMPLATE_LIST_TEST_CASE("amax is max |x|, widened to float, and propagates NaN", "[tensor][amax]",
                         host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   for_each_type(all_precisions, [&]<class P>() {
     INFO(precision_traits<P>::name);
     // Finite data of both signs and many magnitudes.

@@ -82,6 +82,7 @@ TEMPLATE_LIST_TEST_CASE("random fills: different seeds give different tensors an
                         "the fp32 fill rounded",
                         "[tensor][random]", host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   constexpr index_t n = 4099;
   vec<fp32, exec> a("a", n), b("b", n), u32("u32", n), g32("g32", n);
   fill_uniform(exec{}, a, 1, 0.f, 1.f);
@@ -191,6 +192,7 @@ TEMPLATE_LIST_TEST_CASE("quantize / dequantize: scale from amax and error within
                         "roundoff",
                         "[tensor][quantize]", host_exec_spaces) {
   using exec = TestType;
+  INFO("execution space " << exec::name());
   constexpr index_t n = 10007;
   for_each_type(fp8_precisions, [&]<class P>() {
     using traits = precision_traits<P>;

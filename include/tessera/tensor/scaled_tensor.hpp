@@ -14,9 +14,13 @@
 
 namespace tessera {
 
-template <Fp8Precision P, class Ext, Layout L = layout_right,
+// P is checked by a static_assert (not a constraint) so that quantize<bf16>(x) reports one
+// sentence.
+template <class P, class Ext, class L = layout_right,
           class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct scaled_tensor {
+  static_assert(Fp8Precision<P>, "tessera::scaled_tensor / quantize: the payload precision must be "
+                                 "an fp8 precision (tessera::fp8_e4m3 or tessera::fp8_e5m2).");
   using precision = P;
   using extents_type = Ext;
   using layout = L;
@@ -42,7 +46,7 @@ float scale_for_amax(float amax, int margin = 0, float previous = 1.f) noexcept 
 
 /// Quantizes an fp32 (or bf16) tensor to scaled fp8: computes amax, picks the scale, converts
 /// with saturation.
-template <Fp8Precision P, class Exec, class SrcP, class E, class L, class M>
+template <class P, class Exec, class SrcP, class E, class L, class M>
 scaled_tensor<P, E, L, M> quantize(const Exec& exec, const Tensor<SrcP, E, L, M>& x,
                                    int margin = 0) {
   scaled_tensor<P, E, L, M> q{
@@ -58,7 +62,7 @@ scaled_tensor<P, E, L, M> quantize(const Exec& exec, const Tensor<SrcP, E, L, M>
   exec.fence();
   return q;
 }
-template <Fp8Precision P, class SrcP, class E, class L, class M>
+template <class P, class SrcP, class E, class L, class M>
 scaled_tensor<P, E, L, M> quantize(const Tensor<SrcP, E, L, M>& x, int margin = 0) {
   return quantize<P>(detail::default_exec_t<Tensor<SrcP, E, L, M>>{}, x, margin);
 }
