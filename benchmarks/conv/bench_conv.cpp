@@ -123,32 +123,29 @@ struct cfg_fp8 {
 template <class P, class Space>
 using t4 = tessera::Tensor<P, tessera::dextents<4>, tessera::layout_right, Space>;
 
-/// Runs only the im2col (or col2im) part of a tessera pass, with the same tiling, and returns
-/// its seconds per call (the best of 3).
+/// Runs only the im2col (or col2im) part of a tessera fp32 pass, with the same tiling, and
+/// returns its seconds per call (the best of 3).
 template <class Exec>
-double rearrangement_seconds(const Exec& exec, const layer& l, pass p,
+double rearrangement_seconds(const Exec& exec, const tessera::detail::conv2d_problem& pb, pass p,
                              const t4<tessera::fp32, typename Exec::memory_space>& x) {
-  const auto prm = l.params();
-  const index_t P = l.P(), Q = l.Q(), crs = l.C * l.R * l.S;
-  if (l.R == 1 && l.S == 1 && l.stride == 1 && l.pad == 0) return 0.0; // no im2col
-  const index_t rows = tessera::detail::rows_per_tile(
-      tessera::conv2d_workspace<>::default_column_budget, static_cast<std::size_t>(crs * Q) * 4, P);
-  std::vector<float> col(static_cast<std::size_t>(crs * rows * Q));
-  std::vector<float> img(static_cast<std::size_t>(l.C * l.H * l.W));
+  namespace td = tessera::detail;
+  if (pb.pointwise()) return 0.0; // no im2col for 1x1
+  const index_t crs = pb.C * pb.R * pb.S;
+  const auto plan =
+      td::plan_tiles(pb, tessera::conv2d_workspace<>::default_column_budget, crs * pb.Q, 4);
+  std::vector<float> col(static_cast<std::size_t>(crs * plan.max_cols(pb.Q)));
+  std::vector<float> img(static_cast<std::size_t>(plan.images * pb.C * pb.H * pb.W));
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (index_t n = 0; n < l.N; ++n)
-      for (index_t p0 = 0; p0 < P; p0 += rows) {
-        const index_t p1 = p0 + rows < P ? p0 + rows : P;
-        if (p == pass::backward_data) {
-          tessera::detail::col2im_tile(exec, col.data(), l.C, l.R, l.S, p0, p1, Q, prm, img.data(),
-                                       l.H * l.W, l.H, l.W, rows < P);
-        } else {
-          tessera::detail::im2col_tile(exec, x.view(), n, 0, l.C, l.R, l.S, p0, p1, Q, prm,
-                                       col.data());
-        }
+    td::for_each_tile(pb, plan, [&](const td::conv_tile& t) {
+      if (p == pass::backward_data) {
+        td::col2im_tile(exec, col.data(), t, pb.C, pb.R, pb.S, pb.Q, pb.prm, img.data(),
+                        pb.C * pb.H * pb.W, pb.H * pb.W, pb.H, pb.W, plan.rows < pb.P);
+      } else {
+        td::im2col_tile(exec, x.view(), t, 0, pb.C, pb.R, pb.S, pb.Q, pb.prm, col.data());
       }
+    });
     exec.fence();
     best = std::min(best,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -184,7 +181,9 @@ void bm_tessera(benchmark::State& st, layer l, pass p, int threads) {
       st.counters[std::string("x_") + anchor] = it->second / seconds_per_call[k];
   }
   if constexpr (std::is_same_v<Cfg, cfg_fp32>) {
-    const double share = rearrangement_seconds(exec, l, p, x) / seconds_per_call[k];
+    const auto pb = tessera::detail::check_conv2d("bench_conv", "x", x.view(), "w", w.view(), "y",
+                                                  y.view(), prm);
+    const double share = rearrangement_seconds(exec, pb, p, x) / seconds_per_call[k];
     im2col_share[key(l, p, threads, "")] = share;
     st.counters["im2col_share"] = share;
   }

@@ -100,7 +100,7 @@ void require_within_bound(const std::string& what, const T& got, const reference
 /// groups 1, 2, 3 or depthwise; H, W 1..33; kernels 1..7 (non-square); strides and dilations
 /// 1..3; padding 0..3 per side; every tenth or so a 1x1 stride-1 unpadded (pointwise) case.
 /// The multiply-add count is capped (max_terms) to keep the double reference fast.
-inline conv_shape random_conv_shape(std::mt19937_64& rng, index_t max_terms = 400000) {
+inline conv_shape random_conv_shape(std::mt19937_64& rng, index_t max_terms = 200000) {
   const auto pick = [&](std::initializer_list<index_t> l) {
     return *(l.begin() + std::uniform_int_distribution<std::size_t>(0, l.size() - 1)(rng));
   };

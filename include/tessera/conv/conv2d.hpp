@@ -37,6 +37,7 @@
 #include <tessera/conv/workspace.hpp>
 #include <tessera/gemm/gemm.hpp>
 
+#include <array>
 #include <string>
 #include <type_traits>
 
@@ -138,10 +139,51 @@ TensorView<P, dextents<2>, layout_stride, M> matrix_view(storage_t<P>* data, ind
   return {data, dextents<2>(rows, cols), {ld, 1}};
 }
 
-/// Output rows per tile: as many as fit in `budget` bytes at `row_bytes` each, in [1, P].
-inline index_t rows_per_tile(std::size_t budget, std::size_t row_bytes, index_t P) {
-  const index_t t = row_bytes == 0 ? P : static_cast<index_t>(budget / row_bytes);
-  return t < 1 ? 1 : (t > P ? P : t);
+/// Output columns a GEMM call should have at least, when whole images are small: images are
+/// grouped into one call until a tile has 4096 columns (e.g. 20 images of 14 x 14). Each call
+/// costs a few parallel launches and barriers (10-50 us on a loaded 2-core host), which 4096
+/// columns x (Kg x C/g*R*S) multiply-adds amortise for every layer of the benchmark set.
+inline constexpr index_t target_tile_columns = 4096;
+
+/// How the output is tiled: `images` whole images per tile (then rows == P), or one image in
+/// tiles of `rows` output rows. Chosen so that a column tile of `row_elems` entries per output
+/// row of `elem_bytes` each fits the budget (at least one output row per tile).
+struct conv_plan {
+  index_t images, rows;
+  index_t max_cols(index_t Q) const noexcept { return images * rows * Q; }
+};
+
+inline conv_plan plan_tiles(const conv2d_problem& pb, std::size_t budget, index_t row_elems,
+                            std::size_t elem_bytes) {
+  const std::size_t row_bytes = static_cast<std::size_t>(row_elems) * elem_bytes;
+  const std::size_t fit = row_bytes == 0 ? static_cast<std::size_t>(pb.P) : budget / row_bytes;
+  if (fit < static_cast<std::size_t>(pb.P)) return {1, fit < 1 ? 1 : static_cast<index_t>(fit)};
+  const index_t pq = pb.P * pb.Q < 1 ? 1 : pb.P * pb.Q;
+  index_t nb = target_tile_columns / pq;
+  const index_t fit_images = static_cast<index_t>(fit / static_cast<std::size_t>(pb.P));
+  nb = nb < fit_images ? nb : fit_images;
+  nb = nb < pb.N ? nb : pb.N;
+  return {nb < 1 ? 1 : nb, pb.P};
+}
+
+/// Calls f(tile) for the tiles of a plan: images outer, output rows inner.
+template <class F>
+void for_each_tile(const conv2d_problem& pb, const conv_plan& plan, F&& f) {
+  for (index_t n0 = 0; n0 < pb.N; n0 += plan.images)
+    for (index_t p0 = 0; p0 < pb.P; p0 += plan.rows)
+      f(conv_tile{n0, n0 + plan.images < pb.N ? plan.images : pb.N - n0, p0,
+                  p0 + plan.rows < pb.P ? p0 + plan.rows : pb.P});
+}
+
+/// Consecutive 64-byte aligned regions of the given sizes from one workspace allocation.
+template <std::size_t K, class M>
+std::array<unsigned char*, K> carve(conv2d_workspace<M>& ws, std::array<std::size_t, K> bytes) {
+  std::size_t total = 0;
+  for (auto& b : bytes) total += b = round_up_64(b);
+  unsigned char* p = ws.reserve(total);
+  std::array<unsigned char*, K> out{};
+  for (std::size_t i = 0; i < K; ++i) out[i] = p, p += bytes[i];
+  return out;
 }
 
 /// dst(i, j) = src(i, j) + bias[k0 + i], rounded once to dst's precision (src may alias dst).
@@ -157,26 +199,64 @@ void bias_epilogue(const Exec& exec, const SrcM& src, const DstM& dst, const BV&
       });
 }
 
-/// Zeroes cg fp32 planes of H rows x W (channel stride cs).
-template <class Exec>
-void zero_planes(const Exec& exec, float* img, index_t cg, index_t cs, index_t H, index_t W) {
+/// y[n0 + j, k0 + k, tile pixels] = tmp(k, image j's columns) (+ bias[k0 + k]), rounded once:
+/// the image-major tile matrix (kc, t.cols(Q)) scattered back to NCHW.
+template <bool HasBias, class Exec, class YV, class BV>
+void scatter_tile(const Exec& exec, const float* tmp, const YV& y, const conv_tile& t, index_t k0,
+                  index_t kc, index_t Q, const BV& bias) {
+  using py = typename YV::precision;
+  auto* y0 = y.data() + t.n0 * y.stride(0) + k0 * y.stride(1) + t.p0 * Q;
+  const index_t ys0 = y.stride(0), ys1 = y.stride(1), pix = t.rows() * Q, ld = t.cols(Q);
   Kokkos::parallel_for(
-      "tessera::conv2d[zero]", Kokkos::RangePolicy<Exec>(exec, 0, cg * H),
+      "tessera::conv2d_forward[scatter]", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * kc),
+      KOKKOS_LAMBDA(const index_t i) {
+        const index_t j = i / kc, k = i % kc;
+        float b = 0.f;
+        if constexpr (HasBias) b = to_float(bias(k0 + k));
+        const float* src = tmp + k * ld + j * pix;
+        auto* dst = y0 + j * ys0 + k * ys1;
+        for (index_t e = 0; e < pix; ++e) dst[e] = from_float<py>(src[e] + b);
+      });
+}
+
+/// The tile's pixels of channels [k0, k0 + kc) of dy, copied into the dense image-major
+/// (kc, t.cols(Q)) matrix at out (same precision: no rounding).
+template <class Exec, class DYV>
+void gather_tile(const Exec& exec, const DYV& dy, const conv_tile& t, index_t k0, index_t kc,
+                 index_t Q, typename DYV::storage_type* out) {
+  const auto* d0 = dy.data() + t.n0 * dy.stride(0) + k0 * dy.stride(1) + t.p0 * Q;
+  const index_t ds0 = dy.stride(0), ds1 = dy.stride(1), pix = t.rows() * Q, ld = t.cols(Q);
+  Kokkos::parallel_for(
+      "tessera::conv2d[gather]", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * kc),
+      KOKKOS_LAMBDA(const index_t i) {
+        const index_t j = i / kc, k = i % kc;
+        const auto* src = d0 + j * ds0 + k * ds1;
+        auto* dst = out + k * ld + j * pix;
+        for (index_t e = 0; e < pix; ++e) dst[e] = src[e];
+      });
+}
+
+/// Zeroes c fp32 planes of H rows x W (channel stride cs).
+template <class Exec>
+void zero_planes(const Exec& exec, float* img, index_t c, index_t cs, index_t H, index_t W) {
+  Kokkos::parallel_for(
+      "tessera::conv2d[zero]", Kokkos::RangePolicy<Exec>(exec, 0, c * H),
       KOKKOS_LAMBDA(const index_t i) {
         float* row = img + (i / H) * cs + (i % H) * W;
         for (index_t w = 0; w < W; ++w) row[w] = 0.f;
       });
 }
 
-/// dst (row-major planes, channel stride cs) = src (dense fp32), rounded once.
+/// dst (nb images of c planes, image stride ns, channel stride cs, rows of W) = the dense fp32
+/// images at src, rounded once to P.
 template <class Exec, class P>
-void store_planes(const Exec& exec, const float* src, storage_t<P>* dst, index_t c, index_t cs,
-                  index_t H, index_t W) {
+void store_images(const Exec& exec, const float* src, storage_t<P>* dst, index_t nb, index_t ns,
+                  index_t c, index_t cs, index_t H, index_t W) {
   Kokkos::parallel_for(
-      "tessera::conv2d[store]", Kokkos::RangePolicy<Exec>(exec, 0, c * H),
+      "tessera::conv2d[store]", Kokkos::RangePolicy<Exec>(exec, 0, nb * c * H),
       KOKKOS_LAMBDA(const index_t i) {
         const float* in = src + i * W;
-        storage_t<P>* out = dst + (i / H) * cs + (i % H) * W;
+        storage_t<P>* out = dst + i / (c * H) * ns + i / H % c * cs + i % H * W;
         for (index_t w = 0; w < W; ++w) out[w] = from_float<P>(in[w]);
       });
 }
@@ -204,47 +284,42 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
     return;
   }
   const index_t crs = Cg * R * S;
-  const bool pointwise = pb.pointwise();
-  // Low-precision y with a bias: accumulate in an fp32 tile so the output is rounded once.
-  constexpr bool via_acc = has_bias && !std::is_same_v<py, fp32>;
   const std::size_t xe = sizeof(storage_t<px>);
-  index_t rows = P;
-  if (!pointwise)
-    rows = rows_per_tile(ws.column_budget(), static_cast<std::size_t>(crs * Q) * xe, P);
-  else if (via_acc)
-    rows = rows_per_tile(ws.column_budget(), static_cast<std::size_t>(Kg * Q) * 4, P);
-  const std::size_t col_bytes =
-      pointwise ? 0 : round_up_64(static_cast<std::size_t>(crs * rows * Q) * xe);
-  const std::size_t acc_bytes =
-      via_acc ? round_up_64(static_cast<std::size_t>(Kg * rows * Q) * 4) : 0;
-  unsigned char* base = ws.reserve(col_bytes + acc_bytes);
-  auto* col = reinterpret_cast<storage_t<px>*>(base);
-  auto* acc = reinterpret_cast<float*>(base + col_bytes);
+  const auto plan = plan_tiles(pb, ws.column_budget(), crs * Q, xe);
+  // Tiles of one image are matrices inside x and y; tiles of several images are gathered into
+  // columns (im2col, also for 1x1) and scattered back from an fp32 tile. A low-precision y with
+  // a bias goes through the fp32 tile too, so that it is rounded once.
+  const bool col_needed = !(pb.pointwise() && plan.images == 1);
+  const bool direct_out = plan.images == 1 && !(has_bias && !std::is_same_v<py, fp32>);
+  const index_t maxc = plan.max_cols(Q);
+  const auto [col_mem, out_mem] =
+      carve<2>(ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
+                    direct_out ? 0 : static_cast<std::size_t>(Kg * maxc) * 4});
+  auto* col = reinterpret_cast<storage_t<px>*>(col_mem);
+  auto* out = reinterpret_cast<float*>(out_mem);
   const gemm_options opts{.alpha = alpha, .beta = 0.f};
-  for (index_t n = 0; n < N; ++n)
-    for (index_t p0 = 0; p0 < P; p0 += rows) {
-      const index_t p1 = p0 + rows < P ? p0 + rows : P, pix = (p1 - p0) * Q;
-      for (index_t g = 0; g < G; ++g) {
-        const auto wg = matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0));
+  for_each_tile(pb, plan, [&](const conv_tile& t) {
+    const index_t cols = t.cols(Q);
+    for (index_t g = 0; g < G; ++g) {
+      const auto wg = matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0));
+      auto b = matrix_view<px, M>(col, crs, cols, cols);
+      if (col_needed) {
+        im2col_tile(exec, x, t, g * Cg, Cg, R, S, Q, prm, col);
+      } else {
+        b = matrix_view<px, M>(x.data() + t.n0 * x.stride(0) + g * Cg * x.stride(1) + t.p0 * W, Cg,
+                               cols, x.stride(1));
+      }
+      if (direct_out) {
         const auto yt = matrix_view<py, M>(
-            y.data() + n * y.stride(0) + g * Kg * y.stride(1) + p0 * Q, Kg, pix, y.stride(1));
-        auto b = matrix_view<px, M>(col, crs, pix, pix);
-        if (pointwise) {
-          b = matrix_view<px, M>(x.data() + n * x.stride(0) + g * Cg * x.stride(1) + p0 * W, Cg,
-                                 pix, x.stride(1));
-        } else {
-          im2col_tile(exec, x, n, g * Cg, Cg, R, S, p0, p1, Q, prm, col);
-        }
-        if constexpr (via_acc) {
-          const auto at = matrix_view<fp32, M>(acc, Kg, pix, pix);
-          gemm(exec, wg, b, at, opts);
-          bias_epilogue(exec, at, yt, bias, g * Kg);
-        } else {
-          gemm(exec, wg, b, yt, opts);
-          if constexpr (has_bias) bias_epilogue(exec, yt, yt, bias, g * Kg);
-        }
+            y.data() + t.n0 * y.stride(0) + g * Kg * y.stride(1) + t.p0 * Q, Kg, cols, y.stride(1));
+        gemm(exec, wg, b, yt, opts);
+        if constexpr (has_bias) bias_epilogue(exec, yt, yt, bias, g * Kg);
+      } else {
+        gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
+        scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias);
       }
     }
+  });
   exec.fence();
 }
 
@@ -267,14 +342,14 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
   const auto wg_t = [&](index_t g) {
     return transpose(matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0)));
   };
-  const auto dy_tile = [&](index_t n, index_t g, index_t p0, index_t pix) {
-    return matrix_view<pdy, M>(dy.data() + n * dy.stride(0) + g * Kg * dy.stride(1) + p0 * Q, Kg,
-                               pix, dy.stride(1));
+  const auto dy_view = [&](const conv_tile& t, index_t g) { // one image's tile, in place
+    return matrix_view<pdy, M>(dy.data() + t.n0 * dy.stride(0) + g * Kg * dy.stride(1) + t.p0 * Q,
+                               Kg, t.cols(Q), dy.stride(1));
   };
   if (pb.pointwise()) { // dx[n, g] (Cg, H*W) = W_g^T dy[n, g]: no columns, one rounding
     for (index_t n = 0; n < N; ++n)
       for (index_t g = 0; g < G; ++g)
-        gemm(exec, wg_t(g), dy_tile(n, g, 0, P * Q),
+        gemm(exec, wg_t(g), dy_view(conv_tile{n, 1, 0, P}, g),
              matrix_view<pdx, M>(dx.data() + n * dx.stride(0) + g * Cg * dx.stride(1), Cg, H * W,
                                  dx.stride(1)),
              opts);
@@ -282,33 +357,41 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
     return;
   }
   constexpr bool dx_f32 = std::is_same_v<pdx, fp32>;
-  const index_t rows = rows_per_tile(ws.column_budget(), static_cast<std::size_t>(crs * Q) * 4, P);
-  const bool single = rows >= P; // one tile per image: col2im overwrites instead of adding
-  const std::size_t col_bytes = round_up_64(static_cast<std::size_t>(crs * rows * Q) * 4);
-  const std::size_t img_bytes = dx_f32 ? 0 : round_up_64(static_cast<std::size_t>(C * H * W) * 4);
-  unsigned char* base = ws.reserve(col_bytes + img_bytes);
-  auto* dcol = reinterpret_cast<float*>(base);
-  auto* img = reinterpret_cast<float*>(base + col_bytes);
-  for (index_t n = 0; n < N; ++n) {
-    float* target = img;
-    index_t tcs = H * W;
-    if constexpr (dx_f32) { // accumulate straight into dx
-      target = dx.data() + n * dx.stride(0);
-      tcs = dx.stride(1);
+  const auto plan = plan_tiles(pb, ws.column_budget(), crs * Q, 4);
+  const bool single = plan.rows >= P; // whole images per tile: col2im overwrites
+  const bool direct_dy = plan.images == 1;
+  const index_t maxc = plan.max_cols(Q);
+  const auto [dcol_mem, dyg_mem, img_mem] =
+      carve<3>(ws, {static_cast<std::size_t>(crs * maxc) * 4,
+                    direct_dy ? 0 : static_cast<std::size_t>(Kg * maxc) * sizeof(storage_t<pdy>),
+                    dx_f32 ? 0 : static_cast<std::size_t>(plan.images * C * H * W) * 4});
+  auto* dcol = reinterpret_cast<float*>(dcol_mem);
+  auto* dyg = reinterpret_cast<storage_t<pdy>*>(dyg_mem);
+  auto* img = reinterpret_cast<float*>(img_mem);
+  for_each_tile(pb, plan, [&](const conv_tile& t) {
+    const index_t cols = t.cols(Q);
+    float* target = img; // fp32 accumulation target: dx itself, or dense scratch images
+    index_t tns = C * H * W, tcs = H * W;
+    if constexpr (dx_f32) {
+      target = dx.data() + t.n0 * dx.stride(0);
+      tns = dx.stride(0), tcs = dx.stride(1);
     }
-    if (!single) zero_planes(exec, target, C, tcs, H, W);
-    for (index_t p0 = 0; p0 < P; p0 += rows) {
-      const index_t p1 = p0 + rows < P ? p0 + rows : P, pix = (p1 - p0) * Q;
-      for (index_t g = 0; g < G; ++g) {
-        gemm(exec, wg_t(g), dy_tile(n, g, p0, pix), matrix_view<fp32, M>(dcol, crs, pix, pix),
-             opts);
-        col2im_tile(exec, dcol, Cg, R, S, p0, p1, Q, prm, target + g * Cg * tcs, tcs, H, W,
-                    !single);
+    if (!single && t.p0 == 0) zero_planes(exec, target, C, tcs, H, W); // nb == 1 here
+    for (index_t g = 0; g < G; ++g) {
+      auto dyt = matrix_view<pdy, M>(dyg, Kg, cols, cols);
+      if (direct_dy) {
+        dyt = dy_view(t, g);
+      } else {
+        gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
       }
+      gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
+      col2im_tile(exec, dcol, t, Cg, R, S, Q, prm, target + g * Cg * tcs, tns, tcs, H, W, !single);
     }
     if constexpr (!dx_f32)
-      store_planes<Exec, pdx>(exec, img, dx.data() + n * dx.stride(0), C, dx.stride(1), H, W);
-  }
+      if (t.p1 == P)
+        store_images<Exec, pdx>(exec, img, dx.data() + t.n0 * dx.stride(0), t.nb, dx.stride(0), C,
+                                dx.stride(1), H, W);
+  });
   exec.fence();
 }
 
@@ -326,42 +409,50 @@ void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, c
     return;
   }
   const index_t crs = Cg * R * S;
-  const bool pointwise = pb.pointwise();
   constexpr bool dw_f32 = std::is_same_v<pdw, fp32>;
   const std::size_t xe = sizeof(storage_t<px>);
-  const index_t rows =
-      pointwise ? P : rows_per_tile(ws.column_budget(), static_cast<std::size_t>(crs * Q) * xe, P);
-  const std::size_t col_bytes =
-      pointwise ? 0 : round_up_64(static_cast<std::size_t>(crs * rows * Q) * xe);
-  const std::size_t acc_bytes = dw_f32 ? 0 : round_up_64(static_cast<std::size_t>(K * crs) * 4);
-  unsigned char* base = ws.reserve(col_bytes + acc_bytes);
-  auto* col = reinterpret_cast<storage_t<px>*>(base);
-  float* target = reinterpret_cast<float*>(base + col_bytes);
+  const auto plan = plan_tiles(pb, ws.column_budget(), crs * Q, xe);
+  const bool col_needed = !(pb.pointwise() && plan.images == 1);
+  const bool direct_dy = plan.images == 1;
+  const index_t maxc = plan.max_cols(Q);
+  const auto [col_mem, dyg_mem, acc_mem] =
+      carve<3>(ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
+                    direct_dy ? 0 : static_cast<std::size_t>(Kg * maxc) * sizeof(storage_t<pdy>),
+                    dw_f32 ? 0 : static_cast<std::size_t>(K * crs) * 4});
+  auto* col = reinterpret_cast<storage_t<px>*>(col_mem);
+  auto* dyg = reinterpret_cast<storage_t<pdy>*>(dyg_mem);
+  float* target = reinterpret_cast<float*>(acc_mem); // fp32 accumulation of dW over tiles
   index_t ld = crs;
   if constexpr (dw_f32) { // accumulate straight into dw
     target = dw.data();
     ld = dw.stride(0);
   }
   if (N == 0) zero_planes(exec, target, K, ld, 1, crs);
-  for (index_t n = 0; n < N; ++n)
-    for (index_t p0 = 0; p0 < P; p0 += rows) {
-      const index_t p1 = p0 + rows < P ? p0 + rows : P, pix = (p1 - p0) * Q;
-      for (index_t g = 0; g < G; ++g) {
-        auto b = matrix_view<px, M>(col, crs, pix, pix);
-        if (pointwise) {
-          b = matrix_view<px, M>(x.data() + n * x.stride(0) + g * Cg * x.stride(1) + p0 * W, Cg,
-                                 pix, x.stride(1));
-        } else {
-          im2col_tile(exec, x, n, g * Cg, Cg, R, S, p0, p1, Q, prm, col);
-        }
-        const auto dyt = matrix_view<pdy, M>(
-            dy.data() + n * dy.stride(0) + g * Kg * dy.stride(1) + p0 * Q, Kg, pix, dy.stride(1));
-        const float beta = n == 0 && p0 == 0 ? 0.f : 1.f; // first tile overwrites
-        gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
-             gemm_options{.alpha = alpha, .beta = beta});
+  for_each_tile(pb, plan, [&](const conv_tile& t) {
+    const index_t cols = t.cols(Q);
+    for (index_t g = 0; g < G; ++g) {
+      auto b = matrix_view<px, M>(col, crs, cols, cols);
+      if (col_needed) {
+        im2col_tile(exec, x, t, g * Cg, Cg, R, S, Q, prm, col);
+      } else {
+        b = matrix_view<px, M>(x.data() + t.n0 * x.stride(0) + g * Cg * x.stride(1) + t.p0 * W, Cg,
+                               cols, x.stride(1));
       }
+      auto dyt = matrix_view<pdy, M>(dyg, Kg, cols, cols);
+      if (direct_dy) {
+        dyt =
+            matrix_view<pdy, M>(dy.data() + t.n0 * dy.stride(0) + g * Kg * dy.stride(1) + t.p0 * Q,
+                                Kg, cols, dy.stride(1));
+      } else {
+        gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
+      }
+      const float beta = t.n0 == 0 && t.p0 == 0 ? 0.f : 1.f; // the first tile overwrites
+      gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
+           gemm_options{.alpha = alpha, .beta = beta});
     }
-  if constexpr (!dw_f32) store_planes<Exec, pdw>(exec, target, dw.data(), K, dw.stride(0), 1, crs);
+  });
+  if constexpr (!dw_f32)
+    store_images<Exec, pdw>(exec, target, dw.data(), 1, 0, K, dw.stride(0), 1, crs);
   exec.fence();
 }
 

@@ -17,7 +17,7 @@
 ///   tessera::col2im(exec, col, dx, R, S, params);    // dx (N, C, H, W) overwritten
 ///
 /// The convolutions do not materialise the whole (N, C*R*S, P*Q) matrix: they run the same index
-/// maps on tiles of output rows (detail::im2col_tile, detail::col2im_tile).
+/// maps on tiles of a few images or of a few output rows (detail::im2col_tile, col2im_tile).
 
 #include <tessera/conv/params.hpp>
 #include <tessera/tensor.hpp>
@@ -50,26 +50,35 @@ auto conv_as_view(const V& t) {
   }
 }
 
-/// Columns of output rows [p0, p1) of image n, channels [c0, c0 + cg), into the dense row-major
-/// (cg*R*S, (p1 - p0)*Q) matrix at col. The element type of col is x's storage type: a copy,
-/// no rounding.
+/// A tile of the output: images [n0, n0 + nb) and, of each, output rows [p0, p1). Its column
+/// matrices are image-major: image j, pixel (p, q) is column (j*(p1 - p0) + p - p0)*Q + q.
+struct conv_tile {
+  index_t n0, nb, p0, p1;
+  index_t rows() const noexcept { return p1 - p0; }
+  /// Columns of the tile's matrices for an output width Q.
+  index_t cols(index_t Q) const noexcept { return nb * (p1 - p0) * Q; }
+};
+
+/// The columns of a tile, channels [c0, c0 + cg), into the dense row-major (cg*R*S, t.cols(Q))
+/// matrix at col. The element type of col is x's storage type: a copy, no rounding.
 template <class Exec, class XV>
-void im2col_tile(const Exec& exec, const XV& x, index_t n, index_t c0, index_t cg, index_t R,
-                 index_t S, index_t p0, index_t p1, index_t Q, const conv2d_params& prm,
+void im2col_tile(const Exec& exec, const XV& x, const conv_tile& t, index_t c0, index_t cg,
+                 index_t R, index_t S, index_t Q, const conv2d_params& prm,
                  typename XV::storage_type* col) {
   using st = typename XV::storage_type;
-  const index_t H = x.extent(2), W = x.extent(3), np = p1 - p0, ld = np * Q;
+  const index_t H = x.extent(2), W = x.extent(3), np = t.rows(), ld = t.cols(Q), p0 = t.p0;
   const index_t sh = prm.stride_h, sw = prm.stride_w, dh = prm.dilation_h, dw = prm.dilation_w;
   const index_t pt = prm.pad_top, pl = prm.pad_left;
-  const st* xn = x.data() + n * x.stride(0) + c0 * x.stride(1);
-  const index_t xs1 = x.stride(1), xs2 = x.stride(2), xs3 = x.stride(3);
+  const st* x0 = x.data() + t.n0 * x.stride(0) + c0 * x.stride(1);
+  const index_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2), xs3 = x.stride(3);
+  const index_t per_image = cg * R * S * np;
   const st zero = from_float<typename XV::precision>(0.f);
   Kokkos::parallel_for(
-      "tessera::im2col_tile", Kokkos::RangePolicy<Exec>(exec, 0, cg * R * S * np),
+      "tessera::im2col_tile", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * per_image),
       KOKKOS_LAMBDA(const index_t i) {
-        const index_t row = i / np, p = p0 + i % np;
+        const index_t j = i / per_image, row = i % per_image / np, p = p0 + i % np;
         const index_t c = row / (R * S), r = row / S % R, s = row % S;
-        st* dst = col + row * ld + (p - p0) * Q;
+        st* dst = col + row * ld + (j * np + p - p0) * Q;
         const index_t h = p * sh - pt + r * dh;
         if (h < 0 || h >= H) {
           for (index_t q = 0; q < Q; ++q) dst[q] = zero;
@@ -78,7 +87,7 @@ void im2col_tile(const Exec& exec, const XV& x, index_t n, index_t c0, index_t c
         const index_t off = s * dw - pl;
         index_t lo, hi;
         valid_output_range(W, Q, sw, off, lo, hi);
-        const st* src = xn + c * xs1 + h * xs2;
+        const st* src = x0 + j * xs0 + c * xs1 + h * xs2;
         for (index_t q = 0; q < lo; ++q) dst[q] = zero;
         if (sw == 1 && xs3 == 1) {
           for (index_t q = lo; q < hi; ++q) dst[q] = src[q + off];
@@ -89,16 +98,17 @@ void im2col_tile(const Exec& exec, const XV& x, index_t n, index_t c0, index_t c
       });
 }
 
-/// Adds the dense row-major fp32 columns (cg*R*S, (p1 - p0)*Q) of output rows [p0, p1) into the
-/// fp32 image planes img (cg channels, channel stride img_cs, rows of W contiguous floats).
-/// Without accumulate, every row of the cg channels is first zeroed (the tile must then cover
-/// all P output rows); with it, only the input rows the tile touches are visited.
-/// Parallel over (channel, input row): each output element is written by one thread.
+/// Adds the dense row-major fp32 columns (cg*R*S, t.cols(Q)) of a tile into fp32 image planes:
+/// image j of the tile, channel c, row h starts at img + j*img_ns + c*img_cs + h*W (rows of W
+/// contiguous floats). Without accumulate, every row of the tile's images and cg channels is
+/// first zeroed (the tile must then cover all P output rows); with it, only the input rows the
+/// tile touches are visited. Parallel over (image, channel, input row): each element is written
+/// by one thread.
 template <class Exec>
-void col2im_tile(const Exec& exec, const float* col, index_t cg, index_t R, index_t S, index_t p0,
-                 index_t p1, index_t Q, const conv2d_params& prm, float* img, index_t img_cs,
-                 index_t H, index_t W, bool accumulate) {
-  const index_t np = p1 - p0, ld = np * Q;
+void col2im_tile(const Exec& exec, const float* col, const conv_tile& t, index_t cg, index_t R,
+                 index_t S, index_t Q, const conv2d_params& prm, float* img, index_t img_ns,
+                 index_t img_cs, index_t H, index_t W, bool accumulate) {
+  const index_t np = t.rows(), ld = t.cols(Q), p0 = t.p0, p1 = t.p1;
   const index_t sh = prm.stride_h, sw = prm.stride_w, dh = prm.dilation_h, dw = prm.dilation_w;
   const index_t pt = prm.pad_top, pl = prm.pad_left;
   index_t h0 = 0, h1 = H;
@@ -111,22 +121,22 @@ void col2im_tile(const Exec& exec, const float* col, index_t cg, index_t R, inde
   }
   const index_t nh = h1 - h0;
   Kokkos::parallel_for(
-      "tessera::col2im_tile", Kokkos::RangePolicy<Exec>(exec, 0, cg * nh),
+      "tessera::col2im_tile", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * cg * nh),
       KOKKOS_LAMBDA(const index_t i) {
-        const index_t c = i / nh, h = h0 + i % nh;
-        float* out = img + c * img_cs + h * W;
+        const index_t j = i / (cg * nh), c = i / nh % cg, h = h0 + i % nh;
+        float* out = img + j * img_ns + c * img_cs + h * W;
         if (!accumulate)
           for (index_t w = 0; w < W; ++w) out[w] = 0.f;
         for (index_t r = 0; r < R; ++r) {
-          const index_t t = h + pt - r * dh;
-          if (t < 0 || t % sh != 0) continue;
-          const index_t p = t / sh;
+          const index_t u = h + pt - r * dh;
+          if (u < 0 || u % sh != 0) continue;
+          const index_t p = u / sh;
           if (p < p0 || p >= p1) continue;
           for (index_t s = 0; s < S; ++s) {
             const index_t off = s * dw - pl;
             index_t lo, hi;
             valid_output_range(W, Q, sw, off, lo, hi);
-            const float* src = col + ((c * R + r) * S + s) * ld + (p - p0) * Q;
+            const float* src = col + ((c * R + r) * S + s) * ld + (j * np + p - p0) * Q;
             if (sw == 1) {
               for (index_t q = lo; q < hi; ++q) out[q + off] += src[q];
             } else {

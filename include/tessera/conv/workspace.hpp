@@ -7,13 +7,16 @@
 ///   tessera::conv2d_workspace<> ws;                  // default column budget, 8 MiB
 ///   for (...) tessera::conv2d_forward(exec, x, w, b, y, params, ws);
 ///
-/// What a call needs (bytes), with Cg = C / groups, Kg = K / groups, e = element size of x:
-///   column tile   Cg*R*S * (t*Q) * e   (4 bytes per element for backward-data's fp32 columns)
-///   t = output rows per tile = clamp(column_budget / (Cg*R*S * Q * e), 1, P)
-/// plus, only where the destination is not fp32 and needs fp32 accumulation: an fp32 tile of
-/// Kg * t*Q (forward with bias), one image of C*H*W floats (backward-data) or K*Cg*R*S floats
-/// (backward-weight). So the column buffer is at most max(column_budget, one output row of
-/// columns), independent of the batch size.
+/// What a call needs, with Cg = C/groups, Kg = K/groups, CRS = Cg*R*S, e = bytes per element of
+/// the column matrix (x's element size; 4 for backward-data, whose columns are fp32):
+///  - the output is cut into tiles whose column matrix (CRS, t columns) fits column_budget():
+///    either several whole images (only while t <= 4096 columns, see
+///    detail::target_tile_columns) or one image in bands of output rows (at least one row);
+///  - column tile: CRS * t * e bytes <= max(column_budget, CRS * Q * e);
+///  - multi-image tiles also gather dy / scatter y through a (Kg, t) tile (<= CRS * t * e for
+///    usual layers); low-precision outputs accumulate in fp32 first: one tile's images
+///    (C*H*W floats each) for backward-data, K*CRS floats for backward-weight.
+/// The total is independent of the batch size: never N*CRS*P*Q.
 
 #include <tessera/tensor/extents.hpp>
 
