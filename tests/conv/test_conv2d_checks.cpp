@@ -369,3 +369,42 @@ TEST_CASE("conv2d matches PyTorch on the committed fixtures", "[conv][pytorch]")
     check("db", db, reference_conv2d_backward_bias(s, a["dy"]), s.N * s.P() * s.Q() + 2);
   }
 }
+
+TEST_CASE("conv2d takes scaled fp8 inputs: the scales multiply the fp32 accumulator",
+          "[conv][fp8]") {
+  // The reference runs on the values the scaled tensors represent, payload * scale_inv (exact in
+  // double). The product of the two scale_inv factors is rounded once in fp32 (+1 in L).
+  const exec_t exec;
+  std::mt19937_64 rng(41);
+  for (int i = 0; i < 8; ++i) {
+    const auto s = random_conv_shape(rng, 50000);
+    INFO(describe(s));
+    auto x = random_tensor<fp32>(700 + i, s.N, s.C, s.H, s.W);
+    auto w = random_tensor<fp32>(800 + i, s.K, s.Cg(), s.R, s.S);
+    auto b = random_tensor<fp32>(900 + i, s.K);
+    auto dy = random_tensor<fp32>(1000 + i, s.N, s.K, s.P(), s.Q());
+    fill_uniform(exec, x, 700 + i, -30.f, 30.f); // magnitudes the scales must undo
+    const auto xq = quantize<fp8_e4m3>(exec, x), wq = quantize<fp8_e4m3>(exec, w);
+    const auto dyq = quantize<fp8_e5m2>(exec, dy);
+    const auto values = [](const auto& q) {
+      auto v = to_doubles(q.data);
+      for (double& e : v) e *= static_cast<double>(q.scale_inv());
+      return v;
+    };
+    const auto xd = values(xq), wd = values(wq), dyd = values(dyq), bd = to_doubles(b);
+    tensor4<fp32> y("y", s.N, s.K, s.P(), s.Q()), dx("dx", s.N, s.C, s.H, s.W),
+        dw("dw", s.K, s.Cg(), s.R, s.S);
+    tensor1<fp32> db("db", s.K);
+    conv2d_forward(exec, xq, wq, b, y, s.prm);
+    conv2d_backward_data(exec, dyq, wq, dx, s.prm);
+    conv2d_backward_weight(exec, xq, dyq, dw, db, s.prm);
+    require_within_bound("forward", y, reference_conv2d_forward(s, xd, wd, bd),
+                         s.Cg() * s.R * s.S + 3);
+    require_within_bound("backward_data", dx, reference_conv2d_backward_data(s, dyd, wd),
+                         s.Kg() * s.R * s.S + 3);
+    const index_t L_weight = s.N * s.P() * s.Q() + 3;
+    require_within_bound("backward_weight", dw, reference_conv2d_backward_weight(s, xd, dyd),
+                         L_weight);
+    require_within_bound("backward_bias", db, reference_conv2d_backward_bias(s, dyd), L_weight);
+  }
+}

@@ -7,6 +7,11 @@
 /// with {P, Q} = params.output_hw(H, W, R, S). Operands are tessera::Tensor or TensorView of any
 /// precision (fp32, bf16, fp8_e4m3, fp8_e5m2, mixed freely); every product is accumulated in
 /// fp32 and each output element is rounded to its precision once. Outputs are overwritten.
+/// The inputs x, w and dy may also be scaled fp8 tensors (tensor/scaled_tensor.hpp): their
+/// scale_inv factors are applied to the fp32 accumulator (as GEMM's alpha), e.g.
+///   auto xq = tessera::quantize<tessera::fp8_e4m3>(x), wq =
+///   tessera::quantize<tessera::fp8_e4m3>(w); tessera::conv2d_forward(exec, xq, wq, b, y, p, ws);
+///   // y ~= conv(x, w) + b
 ///
 ///   tessera::conv2d_params p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
 ///   tessera::conv2d_workspace<> ws;                        // reused across calls
@@ -49,6 +54,33 @@ struct no_bias_t {};
 
 template <class T>
 concept conv_operand = is_tensor<T>::value || is_tensor_view<T>::value;
+
+template <class T>
+struct is_scaled_tensor : std::false_type {};
+template <class P, class E, class L, class M>
+struct is_scaled_tensor<scaled_tensor<P, E, L, M>> : std::true_type {};
+
+/// What an input (x, w, dy) may be: a Tensor, a TensorView, or a scaled fp8 tensor, whose
+/// values are payload * scale_inv (the scale_inv factors become the GEMM's alpha).
+template <class T>
+concept conv_input = conv_operand<T> || is_scaled_tensor<T>::value;
+
+template <class T>
+auto input_view(const T& t) {
+  if constexpr (is_scaled_tensor<T>::value) {
+    return t.data.view();
+  } else {
+    return conv_as_view(t);
+  }
+}
+template <class T>
+float input_scale_inv(const T& t) {
+  if constexpr (is_scaled_tensor<T>::value) {
+    return t.scale_inv();
+  } else {
+    return 1.f;
+  }
+}
 
 /// The sizes of a checked convolution.
 struct conv2d_problem {
@@ -484,106 +516,109 @@ void conv2d_bias_grad(const Exec& exec, const DYV& dy, const DBV& db, float alph
 /// (+ bias[k]). x (N, C, H, W), w (K, C/groups, R, S), bias (K), y (N, K, P, Q) overwritten.
 /// Scratch memory comes from ws (grown at the start of the call if needed).
 ///   tessera::conv2d_forward(exec, x, w, b, y, {.pad_top = 1, ...}, ws);
-template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand B,
+template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand B,
           detail::conv_operand Y, class M>
 void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bias_in,
                     const Y& y_in, const conv2d_params& params, conv2d_workspace<M>& ws) {
-  const auto x = detail::conv_as_view(x_in);
-  const auto w = detail::conv_as_view(w_in);
+  const auto x = detail::input_view(x_in);
+  const auto w = detail::input_view(w_in);
   const auto bias = detail::conv_as_view(bias_in);
   const auto y = detail::conv_as_view(y_in);
   const char* op = "tessera::conv2d_forward";
   const auto pb = detail::check_conv2d(op, "x", x, "w", w, "y", y, params);
   detail::check_bias(op, "bias", bias, pb);
-  detail::conv2d_forward_impl(exec, x, w, bias, y, pb, ws, 1.f);
+  detail::conv2d_forward_impl(exec, x, w, bias, y, pb, ws,
+                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in));
 }
 
 /// y = conv2d(x, w) without bias; see the overload with bias.
-template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand Y,
-          class M>
+template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y, class M>
 void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_in,
                     const conv2d_params& params, conv2d_workspace<M>& ws) {
-  const auto x = detail::conv_as_view(x_in);
-  const auto w = detail::conv_as_view(w_in);
+  const auto x = detail::input_view(x_in);
+  const auto w = detail::input_view(w_in);
   const auto y = detail::conv_as_view(y_in);
   const auto pb = detail::check_conv2d("tessera::conv2d_forward", "x", x, "w", w, "y", y, params);
-  detail::conv2d_forward_impl(exec, x, w, detail::no_bias_t{}, y, pb, ws, 1.f);
+  detail::conv2d_forward_impl(exec, x, w, detail::no_bias_t{}, y, pb, ws,
+                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in));
 }
 
 /// dx = dL/dx for y = conv2d(x, w): the transposed convolution of dy with w.
 /// dy (N, K, P, Q), w (K, C/groups, R, S), dx (N, C, H, W) overwritten; H and W are dx's.
-template <class Exec, detail::conv_operand DY, detail::conv_operand Wt, detail::conv_operand DX,
+template <class Exec, detail::conv_input DY, detail::conv_input Wt, detail::conv_operand DX,
           class M>
 void conv2d_backward_data(const Exec& exec, const DY& dy_in, const Wt& w_in, const DX& dx_in,
                           const conv2d_params& params, conv2d_workspace<M>& ws) {
-  const auto dy = detail::conv_as_view(dy_in);
-  const auto w = detail::conv_as_view(w_in);
+  const auto dy = detail::input_view(dy_in);
+  const auto w = detail::input_view(w_in);
   const auto dx = detail::conv_as_view(dx_in);
   const auto pb =
       detail::check_conv2d("tessera::conv2d_backward_data", "dx", dx, "w", w, "dy", dy, params);
-  detail::conv2d_backward_data_impl(exec, dy, w, dx, pb, ws, 1.f);
+  detail::conv2d_backward_data_impl(exec, dy, w, dx, pb, ws,
+                                    detail::input_scale_inv(dy_in) * detail::input_scale_inv(w_in));
 }
 
 /// dw = dL/dw for y = conv2d(x, w): dw[k, c, r, s] = sum over n, p, q of dy[n, k, p, q] times
 /// the input pixel (c, r, s) of window (p, q). x (N, C, H, W), dy (N, K, P, Q),
 /// dw (K, C/groups, R, S) overwritten (zero for N == 0).
-template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW,
-          class M>
+template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW, class M>
 void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, const DW& dw_in,
                             const conv2d_params& params, conv2d_workspace<M>& ws) {
-  const auto x = detail::conv_as_view(x_in);
-  const auto dy = detail::conv_as_view(dy_in);
+  const auto x = detail::input_view(x_in);
+  const auto dy = detail::input_view(dy_in);
   const auto dw = detail::conv_as_view(dw_in);
   const auto pb =
       detail::check_conv2d("tessera::conv2d_backward_weight", "x", x, "dw", dw, "dy", dy, params);
-  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws, 1.f);
+  detail::conv2d_backward_weight_impl(
+      exec, x, dy, dw, pb, ws, detail::input_scale_inv(x_in) * detail::input_scale_inv(dy_in));
 }
 
 /// dw as above and dbias[k] = sum over n, p, q of dy[n, k, p, q] (dbias (K) overwritten).
-template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW,
+template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW,
           detail::conv_operand DB, class M>
 void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, const DW& dw_in,
                             const DB& db_in, const conv2d_params& params, conv2d_workspace<M>& ws) {
-  const auto x = detail::conv_as_view(x_in);
-  const auto dy = detail::conv_as_view(dy_in);
+  const auto x = detail::input_view(x_in);
+  const auto dy = detail::input_view(dy_in);
   const auto dw = detail::conv_as_view(dw_in);
   const auto db = detail::conv_as_view(db_in);
   const char* op = "tessera::conv2d_backward_weight";
   const auto pb = detail::check_conv2d(op, "x", x, "dw", dw, "dy", dy, params);
   detail::check_bias(op, "dbias", db, pb);
-  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws, 1.f);
-  detail::conv2d_bias_grad(exec, dy, db, 1.f);
+  detail::conv2d_backward_weight_impl(
+      exec, x, dy, dw, pb, ws, detail::input_scale_inv(x_in) * detail::input_scale_inv(dy_in));
+  detail::conv2d_bias_grad(exec, dy, db, detail::input_scale_inv(dy_in));
 }
 
 // The same five calls without a workspace argument: each allocates a temporary workspace (once,
 // at its start). Layers called repeatedly should keep a conv2d_workspace and pass it.
 
-template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand Y>
+template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y>
 void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const Y& y,
                     const conv2d_params& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_forward(exec, x, w, y, params, ws);
 }
-template <class Exec, detail::conv_operand X, detail::conv_operand Wt, detail::conv_operand B,
+template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand B,
           detail::conv_operand Y>
 void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const B& bias, const Y& y,
                     const conv2d_params& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_forward(exec, x, w, bias, y, params, ws);
 }
-template <class Exec, detail::conv_operand DY, detail::conv_operand Wt, detail::conv_operand DX>
+template <class Exec, detail::conv_input DY, detail::conv_input Wt, detail::conv_operand DX>
 void conv2d_backward_data(const Exec& exec, const DY& dy, const Wt& w, const DX& dx,
                           const conv2d_params& params) {
   conv2d_workspace<typename DX::memory_space> ws;
   conv2d_backward_data(exec, dy, w, dx, params, ws);
 }
-template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW>
+template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW>
 void conv2d_backward_weight(const Exec& exec, const X& x, const DY& dy, const DW& dw,
                             const conv2d_params& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_backward_weight(exec, x, dy, dw, params, ws);
 }
-template <class Exec, detail::conv_operand X, detail::conv_operand DY, detail::conv_operand DW,
+template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW,
           detail::conv_operand DB>
 void conv2d_backward_weight(const Exec& exec, const X& x, const DY& dy, const DW& dw,
                             const DB& dbias, const conv2d_params& params) {
