@@ -1,4 +1,4 @@
-# cmake -D build_dir=... -D target=... -D expected=... -P check_compile_fail.cmake
+# cmake -D build_dir=... -D target=... -D expected=... [-D config=...] -P check_compile_fail.cmake
 # Builds `target` in `build_dir`; succeeds only if the build fails and its output contains
 # `expected` (a literal string, not a regular expression).
 foreach(var build_dir target expected)
@@ -7,7 +7,8 @@ foreach(var build_dir target expected)
   endif()
 endforeach()
 
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${build_dir} --target ${target}
+# config: the configuration to build with multi-configuration generators (optional).
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${build_dir} --config "${config}" --target ${target}
                 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
 
 if(result EQUAL 0)
