@@ -408,3 +408,34 @@ TEST_CASE("conv2d takes scaled fp8 inputs: the scales multiply the fp32 accumula
     require_within_bound("backward_bias", db, reference_conv2d_backward_bias(s, dyd), L_weight);
   }
 }
+
+TEST_CASE("conv2d_forward applies a fused epilogue after the bias, before rounding",
+          "[conv][epilogue]") {
+  // ReLU is 1-Lipschitz, so relu(reference) is within the same bound of the result.
+  const exec_t exec;
+  std::mt19937_64 rng(51);
+  const auto relu = KOKKOS_LAMBDA(float v) { return v > 0.f ? v : 0.f; };
+  for (int i = 0; i < 12; ++i) {
+    const auto s = random_conv_shape(rng, 50000);
+    INFO(describe(s));
+    auto x = random_tensor<bf16>(1100 + i, s.N, s.C, s.H, s.W);
+    auto w = random_tensor<bf16>(1200 + i, s.K, s.Cg(), s.R, s.S);
+    auto b = random_tensor<fp32>(1300 + i, s.K);
+    conv2d_workspace<> ws(i % 2 ? 1 : conv2d_workspace<>::default_column_budget);
+    tensor4<bf16> y("y", s.N, s.K, s.P(), s.Q());
+    tensor4<fp32> y32("y32", s.N, s.K, s.P(), s.Q());
+    const bool with_bias = i % 3 != 0;
+    auto ref = reference_conv2d_forward(s, to_doubles(x), to_doubles(w),
+                                        with_bias ? to_doubles(b) : std::vector<double>{});
+    for (double& v : ref.value) v = v > 0 ? v : 0;
+    if (with_bias) {
+      conv2d_forward(exec, x, w, b, y, s.prm, ws, relu);
+      conv2d_forward(exec, x, w, b, y32, s.prm, ws, relu);
+    } else {
+      conv2d_forward(exec, x, w, y, s.prm, ws, relu);
+      conv2d_forward(exec, x, w, y32, s.prm, ws, relu);
+    }
+    require_within_bound("relu bf16", y, ref, s.Cg() * s.R * s.S + 2);
+    require_within_bound("relu fp32", y32, ref, s.Cg() * s.R * s.S + 2);
+  }
+}

@@ -52,6 +52,11 @@ namespace detail {
 
 struct no_bias_t {};
 
+/// The default forward epilogue: none (skipped entirely, not called).
+struct no_epilogue {
+  TESSERA_INLINE float operator()(float v) const noexcept { return v; }
+};
+
 template <class T>
 concept conv_operand = is_tensor<T>::value || is_tensor_view<T>::value;
 
@@ -218,24 +223,27 @@ std::array<unsigned char*, K> carve(conv2d_workspace<M>& ws, std::array<std::siz
   return out;
 }
 
-/// dst(i, j) = src(i, j) + bias[k0 + i], rounded once to dst's precision (src may alias dst).
-template <class Exec, class SrcM, class DstM, class BV>
-void bias_epilogue(const Exec& exec, const SrcM& src, const DstM& dst, const BV& bias, index_t k0) {
+/// dst(i, j) = epi(src(i, j) + bias[k0 + i]), rounded once to dst's precision (src may alias
+/// dst).
+template <bool HasBias, class Exec, class SrcM, class DstM, class BV, class Epi>
+void bias_epilogue(const Exec& exec, const SrcM& src, const DstM& dst, const BV& bias, index_t k0,
+                   const Epi& epi) {
   using pd = typename DstM::precision;
   const index_t cols = dst.extent(1);
   Kokkos::parallel_for(
-      "tessera::conv2d_forward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, dst.extent(0)),
+      "tessera::conv2d_forward[epilogue]", Kokkos::RangePolicy<Exec>(exec, 0, dst.extent(0)),
       KOKKOS_LAMBDA(const index_t i) {
-        const float b = to_float(bias(k0 + i));
-        for (index_t j = 0; j < cols; ++j) dst(i, j) = from_float<pd>(to_float(src(i, j)) + b);
+        float b = 0.f;
+        if constexpr (HasBias) b = to_float(bias(k0 + i));
+        for (index_t j = 0; j < cols; ++j) dst(i, j) = from_float<pd>(epi(to_float(src(i, j)) + b));
       });
 }
 
-/// y[n0 + j, k0 + k, tile pixels] = tmp(k, image j's columns) (+ bias[k0 + k]), rounded once:
-/// the image-major tile matrix (kc, t.cols(Q)) scattered back to NCHW.
-template <bool HasBias, class Exec, class YV, class BV>
+/// y[n0 + j, k0 + k, tile pixels] = epi(tmp(k, image j's columns) (+ bias[k0 + k])), rounded
+/// once: the image-major tile matrix (kc, t.cols(Q)) scattered back to NCHW.
+template <bool HasBias, class Exec, class YV, class BV, class Epi>
 void scatter_tile(const Exec& exec, const float* tmp, const YV& y, const conv_tile& t, index_t k0,
-                  index_t kc, index_t Q, const BV& bias) {
+                  index_t kc, index_t Q, const BV& bias, const Epi& epi) {
   using py = typename YV::precision;
   auto* y0 = y.data() + t.n0 * y.stride(0) + k0 * y.stride(1) + t.p0 * Q;
   const index_t ys0 = y.stride(0), ys1 = y.stride(1), pix = t.rows() * Q, ld = t.cols(Q);
@@ -247,7 +255,7 @@ void scatter_tile(const Exec& exec, const float* tmp, const YV& y, const conv_ti
         if constexpr (HasBias) b = to_float(bias(k0 + k));
         const float* src = tmp + k * ld + j * pix;
         auto* dst = y0 + j * ys0 + k * ys1;
-        for (index_t e = 0; e < pix; ++e) dst[e] = from_float<py>(src[e] + b);
+        for (index_t e = 0; e < pix; ++e) dst[e] = from_float<py>(epi(src[e] + b));
       });
 }
 
@@ -300,18 +308,20 @@ void check_workspace_space() {
                 "(conv2d_workspace<MemorySpace>).");
 }
 
-template <class Exec, class XV, class WV, class BV, class YV, class M>
+template <class Exec, class XV, class WV, class BV, class YV, class M, class Epi>
 void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& bias, const YV& y,
-                         const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
+                         const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha,
+                         const Epi& epi) {
   check_workspace_space<XV, M>();
   constexpr bool has_bias = !std::is_same_v<BV, no_bias_t>;
+  constexpr bool post = has_bias || !std::is_same_v<Epi, no_epilogue>; // a pass after the GEMM
   using px = typename XV::precision;
   using pw = typename WV::precision;
   using py = typename YV::precision;
   const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
   if (N == 0) return;
   if (pb.one_channel_per_group()) {
-    direct_cg1_forward<has_bias>(exec, x, w, bias, y, prm, alpha);
+    direct_cg1_forward<has_bias>(exec, x, w, bias, y, prm, alpha, epi);
     exec.fence();
     return;
   }
@@ -320,9 +330,9 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
   const auto plan = plan_tiles(pb, ws.column_budget(), crs * Q, xe);
   // Tiles of one image are matrices inside x and y; tiles of several images are gathered into
   // columns (im2col, also for 1x1) and scattered back from an fp32 tile. A low-precision y with
-  // a bias goes through the fp32 tile too, so that it is rounded once.
+  // a bias or an epilogue goes through the fp32 tile too, so that it is rounded once.
   const bool col_needed = !(pb.pointwise() && plan.images == 1);
-  const bool direct_out = plan.images == 1 && !(has_bias && !std::is_same_v<py, fp32>);
+  const bool direct_out = plan.images == 1 && !(post && !std::is_same_v<py, fp32>);
   const index_t maxc = plan.max_cols(Q);
   const auto [col_mem, out_mem] =
       carve<2>(ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
@@ -345,10 +355,10 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
         const auto yt = matrix_view<py, M>(
             y.data() + t.n0 * y.stride(0) + g * Kg * y.stride(1) + t.p0 * Q, Kg, cols, y.stride(1));
         gemm(exec, wg, b, yt, opts);
-        if constexpr (has_bias) bias_epilogue(exec, yt, yt, bias, g * Kg);
+        if constexpr (post) bias_epilogue<has_bias>(exec, yt, yt, bias, g * Kg, epi);
       } else {
         gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
-        scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias);
+        scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias, epi);
       }
     }
   });
@@ -514,12 +524,16 @@ void conv2d_bias_grad(const Exec& exec, const DYV& dy, const DBV& db, float alph
 /// y = conv2d(x, w) (+ bias): y[n, k, p, q] = sum_{c in group(k), r, s} x[n, c, p*stride_h -
 /// pad_top + r*dilation_h, q*stride_w - pad_left + s*dilation_w] w[k, c - group start, r, s]
 /// (+ bias[k]). x (N, C, H, W), w (K, C/groups, R, S), bias (K), y (N, K, P, Q) overwritten.
-/// Scratch memory comes from ws (grown at the start of the call if needed).
-///   tessera::conv2d_forward(exec, x, w, b, y, {.pad_top = 1, ...}, ws);
+/// Scratch memory comes from ws (grown at the start of the call if needed). The optional
+/// epilogue, a float(float) callable on the execution space, is applied to every output value
+/// after the bias and before the rounding to y's precision (e.g. a fused ReLU):
+///   tessera::conv2d_forward(exec, x, w, b, y, {.pad_top = 1, ...}, ws,
+///                           KOKKOS_LAMBDA(float v) { return v > 0.f ? v : 0.f; });
 template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand B,
-          detail::conv_operand Y, class M>
+          detail::conv_operand Y, class M, class Epi = detail::no_epilogue>
 void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bias_in,
-                    const Y& y_in, const conv2d_params& params, conv2d_workspace<M>& ws) {
+                    const Y& y_in, const conv2d_params& params, conv2d_workspace<M>& ws,
+                    const Epi& epilogue = {}) {
   const auto x = detail::input_view(x_in);
   const auto w = detail::input_view(w_in);
   const auto bias = detail::conv_as_view(bias_in);
@@ -528,19 +542,23 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bi
   const auto pb = detail::check_conv2d(op, "x", x, "w", w, "y", y, params);
   detail::check_bias(op, "bias", bias, pb);
   detail::conv2d_forward_impl(exec, x, w, bias, y, pb, ws,
-                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in));
+                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in),
+                              epilogue);
 }
 
 /// y = conv2d(x, w) without bias; see the overload with bias.
-template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y, class M>
+template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y, class M,
+          class Epi = detail::no_epilogue>
 void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_in,
-                    const conv2d_params& params, conv2d_workspace<M>& ws) {
+                    const conv2d_params& params, conv2d_workspace<M>& ws,
+                    const Epi& epilogue = {}) {
   const auto x = detail::input_view(x_in);
   const auto w = detail::input_view(w_in);
   const auto y = detail::conv_as_view(y_in);
   const auto pb = detail::check_conv2d("tessera::conv2d_forward", "x", x, "w", w, "y", y, params);
   detail::conv2d_forward_impl(exec, x, w, detail::no_bias_t{}, y, pb, ws,
-                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in));
+                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in),
+                              epilogue);
 }
 
 /// dx = dL/dx for y = conv2d(x, w): the transposed convolution of dy with w.

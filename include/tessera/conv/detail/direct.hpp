@@ -11,10 +11,10 @@
 
 namespace tessera::detail {
 
-/// y[n, k, p, q] = alpha * sum_{r,s} x[n, k / Kg, h, w] w[k, 0, r, s] (+ bias[k]).
-template <bool HasBias, class Exec, class XV, class WV, class BV, class YV>
+/// y[n, k, p, q] = epi(alpha * sum_{r,s} x[n, k / Kg, h, w] w[k, 0, r, s] (+ bias[k])).
+template <bool HasBias, class Exec, class XV, class WV, class BV, class YV, class Epi>
 void direct_cg1_forward(const Exec& exec, const XV& x, const WV& w, const BV& bias, const YV& y,
-                        const conv2d_params& prm, float alpha) {
+                        const conv2d_params& prm, float alpha, const Epi& epi) {
   const index_t N = y.extent(0), K = y.extent(1), P = y.extent(2), Q = y.extent(3);
   const index_t H = x.extent(2), W = x.extent(3), R = w.extent(2), S = w.extent(3);
   const index_t Kg = K / prm.groups;
@@ -38,7 +38,7 @@ void direct_cg1_forward(const Exec& exec, const XV& x, const WV& w, const BV& bi
               acc += to_float(x(n, c, h, ww)) * to_float(w(k, 0, r, s));
             }
           }
-          y(n, k, op, q) = from_float<py>(alpha * acc + b);
+          y(n, k, op, q) = from_float<py>(epi(alpha * acc + b));
         }
       });
 }
