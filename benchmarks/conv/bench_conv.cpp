@@ -47,26 +47,32 @@ using tessera::index_t;
 
 struct layer {
   const char* name;
-  index_t N, C, H, W, K, R, S, stride, pad;
+  index_t N, C, H, W, K, R, S, stride, pad, groups = 1;
   tessera::conv2d_params params() const {
     return {.stride_h = stride,
             .stride_w = stride,
             .pad_top = pad,
             .pad_bottom = pad,
             .pad_left = pad,
-            .pad_right = pad};
+            .pad_right = pad,
+            .groups = groups};
   }
   index_t P() const { return params().output_hw(H, W, R, S)[0]; }
   index_t Q() const { return params().output_hw(H, W, R, S)[1]; }
   /// Multiply-adds x 2; the same for all three passes.
-  double flops() const { return 2.0 * N * K * P() * Q() * C * R * S; }
+  double flops() const { return 2.0 * N * K * P() * Q() * (C / groups) * R * S; }
 };
 
 const layer layers[] = {
-    {"res3x3_56", 8, 64, 56, 56, 64, 3, 3, 1, 1},   {"res3x3_28", 8, 128, 28, 28, 128, 3, 3, 1, 1},
-    {"res3x3_14", 8, 256, 14, 14, 256, 3, 3, 1, 1}, {"stem7x7_224", 8, 3, 224, 224, 64, 7, 7, 2, 3},
-    {"res1x1_56", 8, 64, 56, 56, 256, 1, 1, 1, 0},  {"fmnist1", 64, 1, 28, 28, 32, 3, 3, 1, 1},
-    {"fmnist2", 64, 32, 14, 14, 64, 3, 3, 1, 1}};
+    {"res3x3_56", 8, 64, 56, 56, 64, 3, 3, 1, 1},
+    {"res3x3_28", 8, 128, 28, 28, 128, 3, 3, 1, 1},
+    {"res3x3_14", 8, 256, 14, 14, 256, 3, 3, 1, 1},
+    {"stem7x7_224", 8, 3, 224, 224, 64, 7, 7, 2, 3},
+    {"res1x1_56", 8, 64, 56, 56, 256, 1, 1, 1, 0},
+    {"fmnist1", 64, 1, 28, 28, 32, 3, 3, 1, 1},
+    {"fmnist2", 64, 32, 14, 14, 64, 3, 3, 1, 1},
+    // Beyond the list: a MobileNet-style depthwise layer (groups == C), direct kernels.
+    {"dw3x3_56", 8, 128, 56, 56, 128, 3, 3, 1, 1, 128}};
 
 enum class pass { forward, backward_data, backward_weight };
 const char* pass_name(pass p) {
@@ -129,7 +135,7 @@ template <class Exec>
 double rearrangement_seconds(const Exec& exec, const tessera::detail::conv2d_problem& pb, pass p,
                              const t4<tessera::fp32, typename Exec::memory_space>& x) {
   namespace td = tessera::detail;
-  if (pb.pointwise()) return 0.0; // no im2col for 1x1
+  if (pb.pointwise() || pb.one_channel_per_group()) return 0.0; // no im2col / col2im
   const index_t crs = pb.C * pb.R * pb.S;
   const auto plan =
       td::plan_tiles(pb, tessera::conv2d_workspace<>::default_column_budget, crs * pb.Q, 4);
@@ -158,13 +164,13 @@ void bm_tessera(benchmark::State& st, layer l, pass p, int threads) {
   using space = typename Exec::memory_space;
   const Exec exec;
   const auto prm = l.params();
-  t4<typename Cfg::x, space> x("x", l.N, l.C, l.H, l.W); // (N, C, H, W)
-  t4<typename Cfg::w, space> w("w", l.K, l.C, l.R, l.S); // (K, C, R, S)
+  t4<typename Cfg::x, space> x("x", l.N, l.C, l.H, l.W);            // (N, C, H, W)
+  t4<typename Cfg::w, space> w("w", l.K, l.C / l.groups, l.R, l.S); // (K, C/g, R, S)
   tessera::Tensor<tessera::fp32, tessera::dextents<1>, tessera::layout_right, space> b("b", l.K);
-  t4<typename Cfg::out, space> y("y", l.N, l.K, l.P(), l.Q());  // (N, K, P, Q)
-  t4<typename Cfg::dy, space> dy("dy", l.N, l.K, l.P(), l.Q()); // (N, K, P, Q)
-  t4<typename Cfg::out, space> dx("dx", l.N, l.C, l.H, l.W);    // (N, C, H, W)
-  t4<typename Cfg::out, space> dw("dw", l.K, l.C, l.R, l.S);    // (K, C, R, S)
+  t4<typename Cfg::out, space> y("y", l.N, l.K, l.P(), l.Q());          // (N, K, P, Q)
+  t4<typename Cfg::dy, space> dy("dy", l.N, l.K, l.P(), l.Q());         // (N, K, P, Q)
+  t4<typename Cfg::out, space> dx("dx", l.N, l.C, l.H, l.W);            // (N, C, H, W)
+  t4<typename Cfg::out, space> dw("dw", l.K, l.C / l.groups, l.R, l.S); // (K, C/g, R, S)
   tessera::fill_uniform(exec, x, 1, -1.f, 1.f);
   tessera::fill_uniform(exec, w, 2, -1.f, 1.f);
   tessera::fill_uniform(exec, dy, 3, -1.f, 1.f);
@@ -195,8 +201,11 @@ void bm_onednn(benchmark::State& st, layer l, pass p, int threads, dnnl::memory:
   omp_set_num_threads(threads);
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
-  const memory::dims src{l.N, l.C, l.H, l.W}, wei{l.K, l.C, l.R, l.S}, bia{l.K},
-      dst{l.N, l.K, l.P(), l.Q()}, strides{l.stride, l.stride}, pad{l.pad, l.pad};
+  const index_t G = l.groups;
+  const memory::dims wei =
+      G == 1 ? memory::dims{l.K, l.C, l.R, l.S} : memory::dims{G, l.K / G, l.C / G, l.R, l.S};
+  const memory::dims src{l.N, l.C, l.H, l.W}, bia{l.K}, dst{l.N, l.K, l.P(), l.Q()},
+      strides{l.stride, l.stride}, pad{l.pad, l.pad};
   const auto any = memory::format_tag::any;
   const memory::desc src_md(src, dt, any), wei_md(wei, dt, any), dst_md(dst, dt, any),
       bia_md(bia, memory::data_type::f32, memory::format_tag::x);
@@ -284,31 +293,36 @@ void plain_col2im(const float* col, const layer& l, float* x) {
 
 void bm_openblas(benchmark::State& st, layer l, pass p, int threads) {
   openblas_set_num_threads(threads);
-  const int K = static_cast<int>(l.K), PQ = static_cast<int>(l.P() * l.Q()),
-            CRS = static_cast<int>(l.C * l.R * l.S);
+  const int G = static_cast<int>(l.groups), Kg = static_cast<int>(l.K) / G,
+            PQ = static_cast<int>(l.P() * l.Q()),
+            CRSg = static_cast<int>(l.C / l.groups * l.R * l.S);
   const index_t xs = l.C * l.H * l.W, ys = l.K * PQ;
   const bool pointwise = l.R == 1 && l.S == 1 && l.stride == 1 && l.pad == 0;
   std::vector<float> x(static_cast<std::size_t>(l.N * xs), 0.5f),
-      w(static_cast<std::size_t>(K) * CRS, 0.25f), y(static_cast<std::size_t>(l.N * ys), 0.75f),
-      col(static_cast<std::size_t>(CRS) * PQ);
+      w(static_cast<std::size_t>(l.K) * CRSg, 0.25f), y(static_cast<std::size_t>(l.N * ys), 0.75f),
+      col(static_cast<std::size_t>(CRSg) * G * PQ);
   timed_loop(st, l, key(l, p, threads, "openblas_fp32"), [&] {
     for (index_t n = 0; n < l.N; ++n) {
       float* xn = x.data() + n * xs;
       float* yn = y.data() + n * ys;
       float* c = pointwise ? xn : col.data();
-      if (p == pass::forward) {
-        if (!pointwise) plain_im2col(xn, l, c);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, K, PQ, CRS, 1.f, w.data(), CRS, c,
-                    PQ, 0.f, yn, PQ);
-      } else if (p == pass::backward_data) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CRS, PQ, K, 1.f, w.data(), CRS, yn, PQ,
-                    0.f, c, PQ);
-        if (!pointwise) plain_col2im(c, l, xn);
-      } else {
-        if (!pointwise) plain_im2col(xn, l, c);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, K, CRS, PQ, 1.f, yn, PQ, c, PQ,
-                    n == 0 ? 0.f : 1.f, w.data(), CRS);
+      if (p != pass::backward_data && !pointwise) plain_im2col(xn, l, c);
+      for (int g = 0; g < G; ++g) {
+        float* wg = w.data() + static_cast<std::size_t>(g) * Kg * CRSg;
+        float* cg = c + static_cast<std::size_t>(g) * CRSg * PQ;
+        float* yg = yn + static_cast<std::size_t>(g) * Kg * PQ;
+        if (p == pass::forward) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Kg, PQ, CRSg, 1.f, wg, CRSg, cg,
+                      PQ, 0.f, yg, PQ);
+        } else if (p == pass::backward_data) {
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CRSg, PQ, Kg, 1.f, wg, CRSg, yg, PQ,
+                      0.f, cg, PQ);
+        } else {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Kg, CRSg, PQ, 1.f, yg, PQ, cg, PQ,
+                      n == 0 ? 0.f : 1.f, wg, CRSg);
+        }
       }
+      if (p == pass::backward_data && !pointwise) plain_col2im(c, l, xn);
     }
   });
 }
