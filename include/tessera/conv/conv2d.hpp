@@ -8,28 +8,29 @@
 /// precision (fp32, bf16, fp8_e4m3, fp8_e5m2, mixed freely); every product is accumulated in
 /// fp32 and each output element is rounded to its precision once. Outputs are overwritten.
 /// The inputs x, w and dy may also be scaled fp8 tensors (tensor/scaled_tensor.hpp): their
-/// scale_inv factors are applied to the fp32 accumulator (as GEMM's alpha), e.g.
-///   auto xq = tessera::quantize<tessera::fp8_e4m3>(x), wq =
-///   tessera::quantize<tessera::fp8_e4m3>(w); tessera::conv2d_forward(exec, xq, wq, b, y, p, ws);
-///   // y ~= conv(x, w) + b
+/// scale_inv factors are applied to the fp32 accumulator (as GEMM's alpha).
 ///
 ///   tessera::conv2d_params p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
-///   tessera::conv2d_workspace<> ws;                        // reused across calls
-///   tessera::conv2d_forward(exec, x, w, b, y, p, ws);           // y = conv(x, w) + b
-///   tessera::conv2d_backward_data(exec, dy, w, dx, p, ws);      // dx = dL/dx
+///   tessera::conv2d_workspace<> ws;                              // reused across calls
+///   tessera::conv2d_forward(exec, x, w, b, y, p, ws);            // y = conv(x, w) + b
+///   tessera::conv2d_backward_data(exec, dy, w, dx, p, ws);       // dx = dL/dx
 ///   tessera::conv2d_backward_weight(exec, x, dy, dw, db, p, ws); // dw = dL/dw, db = dL/db
+///   auto xq = tessera::quantize<tessera::fp8_e4m3>(x);           // scaled fp8
+///   tessera::conv2d_forward(exec, xq, w, b, y, p, ws);           // y ~= conv(x, w) + b
 ///
-/// Algorithm, per image n, per tile of t output rows (t from the workspace's column budget, see
-/// conv/workspace.hpp), per group g (Cg = C/groups, Kg = K/groups, CRS = Cg*R*S):
-///   forward          col = im2col(x[n], rows of the tile)                (CRS, t*Q)
-///                    y[n, g] tile = W_g (Kg, CRS) * col                 (Kg, t*Q)
-///   backward-data    dcol = W_g^T (CRS, Kg) * dy[n, g] tile              (CRS, t*Q) fp32
-///                    dx[n, g] += col2im(dcol)
-///   backward-weight  dW_g (Kg, CRS) += dy[n, g] tile (Kg, t*Q) * col^T   fp32, over n and tiles
+/// Algorithm, per tile of the output (several whole images when they are small, else one image
+/// in bands of output rows; sized by the workspace's column budget, see conv/workspace.hpp) and
+/// per group g (Cg = C/groups, Kg = K/groups, CRS = Cg*R*S, t = the tile's pixels):
+///   forward          col = im2col(x, tile)                             (CRS, t)
+///                    y tile = W_g (Kg, CRS) * col                      (Kg, t)
+///   backward-data    dcol = W_g^T (CRS, Kg) * dy tile                  (CRS, t) fp32
+///                    dx += col2im(dcol)
+///   backward-weight  dW_g (Kg, CRS) += dy tile (Kg, t) * col^T          fp32, over all tiles
 ///                    dbias[k] = sum over n, p, q of dy[n, k, p, q]
-/// 1x1 convolutions with stride 1 and no padding use x (or write dx) directly as the column
-/// matrix. Convolutions with one input channel per group (depthwise: groups == C) use direct
-/// loops (conv/detail/direct.hpp) instead of one tiny GEMM per channel.
+/// A one-image tile of y or dy is a matrix inside the tensor (no copy); multi-image tiles are
+/// gathered / scattered. 1x1 convolutions with stride 1 and no padding use x (or write dx)
+/// directly as the column matrix. Convolutions with one input channel per group (depthwise:
+/// groups == C) use direct loops (conv/detail/direct.hpp) instead of one tiny GEMM per channel.
 ///
 /// Errors: ranks are checked at compile time; at run time mismatched channel counts, groups that
 /// do not divide C and K, invalid parameters, an empty output, and outputs (or bias) of the wrong
