@@ -59,8 +59,15 @@ struct conv_tile {
   index_t cols(index_t Q) const noexcept { return nb * (p1 - p0) * Q; }
 };
 
+/// Input rows per work item of col2im_tile: 8 amortises the per-item tap ranges over 8 rows
+/// while a 14-row image still splits into 2 items per channel for 2 threads.
+inline constexpr index_t col2im_band = 8;
+
 /// The columns of a tile, channels [c0, c0 + cg), into the dense row-major (cg*R*S, t.cols(Q))
 /// matrix at col. The element type of col is x's storage type: a copy, no rounding.
+/// One work item per (image, channel, kernel row r): it writes the S rows (c, r, s) of the
+/// matrix; the valid column range of each tap s is computed once, so the loops over output
+/// rows and columns are branch-free copies (unit stride for stride 1).
 template <class Exec, class XV>
 void im2col_tile(const Exec& exec, const XV& x, const conv_tile& t, index_t c0, index_t cg,
                  index_t R, index_t S, index_t Q, const conv2d_params& prm,
@@ -71,30 +78,38 @@ void im2col_tile(const Exec& exec, const XV& x, const conv_tile& t, index_t c0, 
   const index_t pt = prm.pad_top, pl = prm.pad_left;
   const st* x0 = x.data() + t.n0 * x.stride(0) + c0 * x.stride(1);
   const index_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2), xs3 = x.stride(3);
-  const index_t per_image = cg * R * S * np;
   const st zero = from_float<typename XV::precision>(0.f);
   Kokkos::parallel_for(
-      "tessera::im2col_tile", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * per_image),
+      "tessera::im2col_tile", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * cg * R),
       KOKKOS_LAMBDA(const index_t i) {
-        const index_t j = i / per_image, row = i % per_image / np, p = p0 + i % np;
-        const index_t c = row / (R * S), r = row / S % R, s = row % S;
-        st* dst = col + row * ld + (j * np + p - p0) * Q;
-        const index_t h = p * sh - pt + r * dh;
-        if (h < 0 || h >= H) {
-          for (index_t q = 0; q < Q; ++q) dst[q] = zero;
-          return;
+        const index_t j = i / (cg * R), c = i / R % cg, r = i % R;
+        const st* xc = x0 + j * xs0 + c * xs1;
+        // Output rows whose input row p*sh - pt + r*dh lies inside the image.
+        index_t plo, phi;
+        valid_output_range(H, p0 + np, sh, r * dh - pt, plo, phi);
+        plo = plo > p0 ? plo : p0;
+        phi = phi > plo ? phi : plo;
+        for (index_t s = 0; s < S; ++s) {
+          const index_t off = s * dw - pl;
+          index_t lo, hi;
+          valid_output_range(W, Q, sw, off, lo, hi);
+          st* dst = col + ((c * R + r) * S + s) * ld + j * np * Q - p0 * Q; // row p at + p*Q
+          for (index_t p = p0; p < plo; ++p)
+            for (index_t q = 0; q < Q; ++q) dst[p * Q + q] = zero;
+          for (index_t p = plo; p < phi; ++p) {
+            st* d = dst + p * Q;
+            const st* src = xc + (p * sh - pt + r * dh) * xs2;
+            for (index_t q = 0; q < lo; ++q) d[q] = zero;
+            if (sw == 1 && xs3 == 1) {
+              for (index_t q = lo; q < hi; ++q) d[q] = src[q + off];
+            } else {
+              for (index_t q = lo; q < hi; ++q) d[q] = src[(q * sw + off) * xs3];
+            }
+            for (index_t q = hi; q < Q; ++q) d[q] = zero;
+          }
+          for (index_t p = phi; p < p0 + np; ++p)
+            for (index_t q = 0; q < Q; ++q) dst[p * Q + q] = zero;
         }
-        const index_t off = s * dw - pl;
-        index_t lo, hi;
-        valid_output_range(W, Q, sw, off, lo, hi);
-        const st* src = x0 + j * xs0 + c * xs1 + h * xs2;
-        for (index_t q = 0; q < lo; ++q) dst[q] = zero;
-        if (sw == 1 && xs3 == 1) {
-          for (index_t q = lo; q < hi; ++q) dst[q] = src[q + off];
-        } else {
-          for (index_t q = lo; q < hi; ++q) dst[q] = src[(q * sw + off) * xs3];
-        }
-        for (index_t q = hi; q < Q; ++q) dst[q] = zero;
       });
 }
 
@@ -102,8 +117,9 @@ void im2col_tile(const Exec& exec, const XV& x, const conv_tile& t, index_t c0, 
 /// image j of the tile, channel c, row h starts at img + j*img_ns + c*img_cs + h*W (rows of W
 /// contiguous floats). Without accumulate, every row of the tile's images and cg channels is
 /// first zeroed (the tile must then cover all P output rows); with it, only the input rows the
-/// tile touches are visited. Parallel over (image, channel, input row): each element is written
-/// by one thread.
+/// tile touches are visited. One work item per (image, channel, band of col2im_band input rows)
+/// owns those rows, so no two items write the same element; per tap (r, s) it adds column rows
+/// into image rows with branch-free loops.
 template <class Exec>
 void col2im_tile(const Exec& exec, const float* col, const conv_tile& t, index_t cg, index_t R,
                  index_t S, index_t Q, const conv2d_params& prm, float* img, index_t img_ns,
@@ -119,28 +135,34 @@ void col2im_tile(const Exec& exec, const float* col, const conv_tile& t, index_t
     h1 = h1 > H ? H : h1;
     if (h1 <= h0) return;
   }
-  const index_t nh = h1 - h0;
+  const index_t bands = (h1 - h0 + col2im_band - 1) / col2im_band;
   Kokkos::parallel_for(
-      "tessera::col2im_tile", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * cg * nh),
+      "tessera::col2im_tile", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * cg * bands),
       KOKKOS_LAMBDA(const index_t i) {
-        const index_t j = i / (cg * nh), c = i / nh % cg, h = h0 + i % nh;
-        float* out = img + j * img_ns + c * img_cs + h * W;
+        const index_t j = i / (cg * bands), c = i / bands % cg;
+        const index_t hb = h0 + i % bands * col2im_band;
+        const index_t he = hb + col2im_band < h1 ? hb + col2im_band : h1;
+        float* plane = img + j * img_ns + c * img_cs;
         if (!accumulate)
-          for (index_t w = 0; w < W; ++w) out[w] = 0.f;
+          for (index_t e = hb * W; e < he * W; ++e) plane[e] = 0.f;
         for (index_t r = 0; r < R; ++r) {
-          const index_t u = h + pt - r * dh;
-          if (u < 0 || u % sh != 0) continue;
-          const index_t p = u / sh;
-          if (p < p0 || p >= p1) continue;
+          // Tile rows p whose input row p*sh - pt + r*dh lies in [hb, he).
+          index_t plo, phi;
+          valid_output_range(he - hb, p1, sh, r * dh - pt - hb, plo, phi);
+          plo = plo > p0 ? plo : p0;
           for (index_t s = 0; s < S; ++s) {
             const index_t off = s * dw - pl;
             index_t lo, hi;
             valid_output_range(W, Q, sw, off, lo, hi);
-            const float* src = col + ((c * R + r) * S + s) * ld + (j * np + p - p0) * Q;
-            if (sw == 1) {
-              for (index_t q = lo; q < hi; ++q) out[q + off] += src[q];
-            } else {
-              for (index_t q = lo; q < hi; ++q) out[q * sw + off] += src[q];
+            const float* src = col + ((c * R + r) * S + s) * ld + (j * np - p0) * Q;
+            for (index_t p = plo; p < phi; ++p) {
+              float* out = plane + (p * sh - pt + r * dh) * W;
+              const float* in = src + p * Q;
+              if (sw == 1) {
+                for (index_t q = lo; q < hi; ++q) out[q + off] += in[q];
+              } else {
+                for (index_t q = lo; q < hi; ++q) out[q * sw + off] += in[q];
+              }
             }
           }
         }
