@@ -176,6 +176,19 @@ TEST_CASE("conv2d_workspace is reused and bounds the column buffer", "[conv]") {
   CHECK(cap == 4 * 3456); // four rows per tile, whatever the batch size
   conv2d_forward(exec, x, w, y, pad1(), ws);
   CHECK(ws.capacity() == cap); // no reallocation on the second call
+
+  // Small images are grouped into tiles of at most detail::target_tile_columns columns, so the
+  // workspace of a batch of 64 is that of a batch of 20 (20 x 14 x 14 = 3920 <= 4096 columns).
+  auto w2 = random_tensor<fp32>(3, 8, 8, 3, 3);
+  const auto capacity_for = [&](index_t n) {
+    conv2d_workspace<> fresh;
+    tensor4<fp32> xs("xs", n, 8, 14, 14), ys("ys", n, 8, 14, 14);
+    conv2d_forward(exec, xs, w2, ys, pad1(), fresh);
+    conv2d_backward_weight(exec, xs, ys, w2, pad1(), fresh);
+    return fresh.capacity();
+  };
+  CHECK(capacity_for(64) == capacity_for(20));
+  CHECK(capacity_for(2) < capacity_for(20));
 }
 
 TEST_CASE("im2col and col2im match their definitions and are adjoint", "[conv]") {
@@ -414,7 +427,9 @@ TEST_CASE("conv2d_forward applies a fused epilogue after the bias, before roundi
   // ReLU is 1-Lipschitz, so relu(reference) is within the same bound of the result.
   const exec_t exec;
   std::mt19937_64 rng(51);
-  const auto relu = KOKKOS_LAMBDA(float v) { return v > 0.f ? v : 0.f; };
+  const auto relu = KOKKOS_LAMBDA(float v) {
+    return v > 0.f ? v : 0.f;
+  };
   for (int i = 0; i < 12; ++i) {
     const auto s = random_conv_shape(rng, 50000);
     INFO(describe(s));
