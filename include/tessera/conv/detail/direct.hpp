@@ -113,12 +113,13 @@ void direct_cg1_backward_data(const Exec& exec, const DYV& dy, const WV& w, cons
       });
 }
 
-/// dw[k, 0, r, s] = alpha * sum_{n,p,q} dy[n, k, p, q] x[n, k / Kg, h, w]: one reduction of
-/// length N*P*Q per weight, each output row summed in 16 interleaved partial sums (one AVX-512
-/// vector; any summation order satisfies the same error bound).
+/// dw[k, 0, r, s] = alpha * sum_{n,p,q} dy[n, k, p, q] x[n, k / Kg, h, w], one work item per
+/// weight (kernels of more than direct_max_taps taps): one reduction of length N*P*Q per weight,
+/// each output row summed in 16 interleaved partial sums (one AVX-512 vector; any summation order
+/// satisfies the same error bound).
 template <class Exec, class XV, class DYV, class DWV>
-void direct_cg1_backward_weight(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
-                                const conv2d_params& prm, float alpha) {
+void direct_cg1_backward_weight_per_tap(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
+                                        const conv2d_params& prm, float alpha) {
   const index_t N = x.extent(0), H = x.extent(2), W = x.extent(3);
   const index_t K = dy.extent(1), P = dy.extent(2), Q = dy.extent(3);
   const index_t R = dw.extent(2), S = dw.extent(3), Kg = K / prm.groups;
@@ -159,6 +160,68 @@ void direct_cg1_backward_weight(const Exec& exec, const XV& x, const DYV& dy, co
         float acc = 0.f;
         for (index_t i = 0; i < lanes; ++i) acc += part[i];
         dw(k, 0, r, s) = from_float<pw>(alpha * acc);
+      });
+}
+
+/// Kernels up to 64 taps (8x8) keep one accumulator per tap in a work item.
+inline constexpr index_t direct_max_taps = 64;
+
+/// dw[k, 0, r, s] = alpha * sum_{n,p,q} dy[n, k, p, q] x[n, k / Kg, h, w]. One work item per
+/// output channel k computes all R*S taps in one sweep over its dy and x planes, so each row of
+/// them is read from memory once and reused from L1 by every tap (instead of once per tap).
+/// Each tap accumulates in 8 interleaved partial sums (an AVX2 / half an AVX-512 vector, 2 KiB
+/// for 64 taps), reduced once at the end; any summation order satisfies the same error bound.
+template <class Exec, class XV, class DYV, class DWV>
+void direct_cg1_backward_weight(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
+                                const conv2d_params& prm, float alpha) {
+  const index_t R = dw.extent(2), S = dw.extent(3);
+  if (R * S > direct_max_taps) {
+    direct_cg1_backward_weight_per_tap(exec, x, dy, dw, prm, alpha);
+    return;
+  }
+  const index_t N = x.extent(0), H = x.extent(2), W = x.extent(3);
+  const index_t K = dy.extent(1), P = dy.extent(2), Q = dy.extent(3), Kg = K / prm.groups;
+  const index_t sh = prm.stride_h, sw = prm.stride_w, dh = prm.dilation_h, dlw = prm.dilation_w;
+  const index_t pt = prm.pad_top, pl = prm.pad_left;
+  using pw = typename DWV::precision;
+  constexpr index_t lanes = 8;
+  Kokkos::parallel_for(
+      "tessera::conv2d_backward_weight[direct]", Kokkos::RangePolicy<Exec>(exec, 0, K),
+      KOKKOS_LAMBDA(const index_t k) {
+        float part[direct_max_taps][lanes];
+        index_t lo[direct_max_taps], hi[direct_max_taps];
+        for (index_t s = 0; s < S; ++s) valid_output_range(W, Q, sw, s * dlw - pl, lo[s], hi[s]);
+        for (index_t t = 0; t < R * S; ++t)
+          for (index_t i = 0; i < lanes; ++i) part[t][i] = 0.f;
+        for (index_t n = 0; n < N; ++n) {
+          const auto* xc = x.data() + n * x.stride(0) + (k / Kg) * x.stride(1);
+          const auto* dyk = dy.data() + n * dy.stride(0) + k * dy.stride(1);
+          for (index_t op = 0; op < P; ++op) {
+            const auto* dyr = dyk + op * dy.stride(2);
+            for (index_t r = 0; r < R; ++r) {
+              const index_t h = op * sh - pt + r * dh;
+              if (h < 0 || h >= H) continue;
+              const auto* xr = xc + h * x.stride(2);
+              for (index_t s = 0; s < S; ++s) {
+                const index_t off = s * dlw - pl;
+                float* tap = part[r * S + s];
+                index_t q = lo[s];
+                if (sw == 1) {
+                  for (; q + lanes <= hi[s]; q += lanes)
+                    for (index_t i = 0; i < lanes; ++i)
+                      tap[i] += to_float(dyr[q + i]) * to_float(xr[q + i + off]);
+                }
+                for (; q < hi[s]; ++q)
+                  tap[q % lanes] += to_float(dyr[q]) * to_float(xr[q * sw + off]);
+              }
+            }
+          }
+        }
+        for (index_t t = 0; t < R * S; ++t) {
+          float acc = 0.f;
+          for (index_t i = 0; i < lanes; ++i) acc += part[t][i];
+          dw(k, 0, t / S, t % S) = from_float<pw>(alpha * acc);
+        }
       });
 }
 
