@@ -454,3 +454,28 @@ TEST_CASE("conv2d_forward applies a fused epilogue after the bias, before roundi
     require_within_bound("relu fp32", y32, ref, s.Cg() * s.R * s.S + 2);
   }
 }
+
+TEST_CASE("depthwise convolution with a kernel of more than 64 taps", "[conv]") {
+  // Past detail::direct_max_taps the weight gradient takes its one-item-per-tap path.
+  const exec_t exec;
+  const conv_shape s{.N = 2,
+                     .C = 3,
+                     .H = 12,
+                     .W = 11,
+                     .K = 6,
+                     .R = 9,
+                     .S = 8,
+                     .prm = {.stride_w = 2,
+                             .pad_top = 2,
+                             .pad_bottom = 1,
+                             .pad_left = 3,
+                             .pad_right = 2,
+                             .groups = 3}};
+  auto x = random_tensor<fp32>(1401, s.N, s.C, s.H, s.W);
+  auto dy = random_tensor<fp32>(1402, s.N, s.K, s.P(), s.Q());
+  tensor4<fp32> dw("dw", s.K, 1, s.R, s.S);
+  conv2d_backward_weight(exec, x, dy, dw, s.prm);
+  require_within_bound("backward_weight", dw,
+                       reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy)),
+                       s.N * s.P() * s.Q() + 2);
+}
