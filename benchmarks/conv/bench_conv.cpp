@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -404,8 +405,21 @@ void print_table() {
             ratio(k("tessera_bf16"), k("tessera_fp32")).c_str(), re_s * 1e3,
             100 * re_s / seconds_per_call[k("tessera_fp32")]);
       }
-  std::printf("(GFLOP/s = 2 N K P Q C R S / time; ratios > 1 mean tessera fp32 (or bf16) is "
-              "faster)\n");
+  std::printf("(GFLOP/s = 2 N K P Q C/groups R S / time; ratios > 1 mean tessera fp32 (or bf16) "
+              "is faster)\n");
+  // A text plot: GFLOP/s on a log scale, 10 characters per decade from 1 GFLOP/s.
+  std::printf("\n```\nGFLOP/s, 1 thread, log scale: 10 # per decade above 1 GFLOP/s (20 = 100, 30 = 1000)\n");
+  for (const auto& l : layers)
+    for (pass p : {pass::forward, pass::backward_data, pass::backward_weight})
+      for (const char* impl : {"tessera_fp32", "tessera_bf16", "onednn_fp32", "openblas_fp32"}) {
+        const auto it = seconds_per_call.find(key(l, p, 1, impl));
+        if (it == seconds_per_call.end()) continue;
+        const double g = l.flops() / it->second * 1e-9;
+        const int bars = g <= 1 ? 0 : static_cast<int>(10 * std::log10(g) + 0.5);
+        std::printf("%-12s %-10s %-14s %7.1f %s\n", l.name, pass_name(p), impl, g,
+                    std::string(static_cast<std::size_t>(bars), '#').c_str());
+      }
+  std::printf("```\n");
 }
 
 } // namespace
