@@ -408,7 +408,8 @@ void print_table() {
   std::printf("(GFLOP/s = 2 N K P Q C/groups R S / time; ratios > 1 mean tessera fp32 (or bf16) "
               "is faster)\n");
   // A text plot: GFLOP/s on a log scale, 10 characters per decade from 1 GFLOP/s.
-  std::printf("\n```\nGFLOP/s, 1 thread, log scale: 10 # per decade above 1 GFLOP/s (20 = 100, 30 = 1000)\n");
+  std::printf("\n```\nGFLOP/s, 1 thread, log scale: 10 # per decade above 1 GFLOP/s "
+              "(20 = 100, 30 = 1000)\n");
   for (const auto& l : layers)
     for (pass p : {pass::forward, pass::backward_data, pass::backward_weight})
       for (const char* impl : {"tessera_fp32", "tessera_bf16", "onednn_fp32", "openblas_fp32"}) {
