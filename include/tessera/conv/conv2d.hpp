@@ -122,6 +122,11 @@ void require_rowmajor(const char* op, const char* name, const V& v, bool filter)
                       (filter ? "filter (C/groups, R, S)" : "image plane (H, W)"));
 }
 
+/// True when both extents are static (compile-time checks apply only then).
+constexpr bool static_pair(index_t a, index_t b) noexcept {
+  return a != dyn && b != dyn;
+}
+
 /// Checks an (x-like, w-like, y-like) triple: (N, C, H, W), (K, C/groups, R, S), (N, K, P, Q).
 template <class XV, class WV, class YV>
 conv2d_problem check_conv2d(const char* op, const char* xn, const XV& x, const char* wn,
@@ -129,6 +134,17 @@ conv2d_problem check_conv2d(const char* op, const char* xn, const XV& x, const c
   static_assert(XV::rank == 4 && WV::rank == 4 && YV::rank == 4,
                 "tessera::conv2d: activations must be rank 4 (N, C, H, W) and weights rank 4 "
                 "(K, C/groups, R, S).");
+  using xe = typename XV::extents_type;
+  using we = typename WV::extents_type;
+  using ye = typename YV::extents_type;
+  static_assert(!static_pair(xe::static_extent(0), ye::static_extent(0)) ||
+                    xe::static_extent(0) == ye::static_extent(0),
+                "tessera::conv2d: the input and output activations have different static batch "
+                "sizes (dimension 0).");
+  static_assert(!static_pair(we::static_extent(0), ye::static_extent(1)) ||
+                    we::static_extent(0) == ye::static_extent(1),
+                "tessera::conv2d: the weights' static output channel count K (dimension 0) "
+                "differs from the output activations' (dimension 1).");
   const auto all = [&] {
     return std::string(op) + ": " + describe(xn, x) + ", " + describe(wn, w) + ", " +
            describe(yn, y) + ", " + prm.to_string() + ": ";
