@@ -54,8 +54,8 @@ TEST_CASE("every e5m2 code decodes to its OCP value", "[precision][fp8_e5m2]") {
   check_all_codes<tessera::float8_e5m2>(5, 2, 15, false);
 }
 
-TEMPLATE_TEST_CASE("non-NaN codes round-trip through float under both policies",
-                   "[precision][fp8]", tessera::float8_e4m3, tessera::float8_e5m2) {
+TEMPLATE_TEST_CASE("non-NaN codes round-trip through float under both policies", "[precision][fp8]",
+                   tessera::float8_e4m3, tessera::float8_e5m2) {
   for (int c = 0; c < 256; ++c) {
     const auto x = TestType::from_bits(static_cast<std::uint8_t>(c));
     const float f = x.to_float();

@@ -129,15 +129,15 @@ inline std::size_t vector_convert_body(const From* src, storage_t<To>* dst,
   constexpr int in_bytes = sizeof(From), out_bytes = sizeof(storage_t<To>);
   const auto* in = reinterpret_cast<const unsigned char*>(src);
   auto* out = reinterpret_cast<unsigned char*>(dst);
-  std::size_t i = 0;
+  const std::size_t n_body = n - n % (2 * w);
   // Two independent batches per iteration keep both vector pipes busy.
-  for (; i + 2 * w <= n; i += 2 * w) {
+  for (std::size_t i = 0; i < n_body; i += 2 * w) {
     const L u0 = vector_decode<From, A>(simd::load_widened<A, in_bytes>(in + i * in_bytes));
     const L u1 = vector_decode<From, A>(simd::load_widened<A, in_bytes>(in + (i + w) * in_bytes));
     simd::store_narrowed<A, out_bytes>(out + i * out_bytes, vector_encode<To, Policy, A>(u0));
     simd::store_narrowed<A, out_bytes>(out + (i + w) * out_bytes, vector_encode<To, Policy, A>(u1));
   }
-  return i;
+  return n_body;
 }
 
 #endif // !TESSERA_DEVICE_PASS

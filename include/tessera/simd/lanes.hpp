@@ -13,13 +13,14 @@
 #include <tessera/config/macros.hpp>
 
 #if !TESSERA_DEVICE_PASS
-// GCC 12.2's AVX-512 intrinsics start from _mm512_undefined_*() and trip -Wmaybe-uninitialized
+// GCC 12.2's AVX-512 intrinsics start from _mm512_undefined_*() and trip -W(maybe-)uninitialized
 // wherever they are inlined (GCC PR 105593, fixed in 12.3). GCC attributes the warning to the
 // intrinsic header's lines, so ignoring it while the headers are first read silences exactly
 // those lines and nothing in the user's code.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
