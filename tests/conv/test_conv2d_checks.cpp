@@ -479,3 +479,43 @@ TEST_CASE("depthwise convolution with a kernel of more than 64 taps", "[conv]") 
                        reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy)),
                        s.N * s.P() * s.Q() + 2);
 }
+
+TEST_CASE("conv2d with compile-time parameters equals the run-time form", "[conv]") {
+  const exec_t exec;
+  // stride 2 x 1, padding 1 x 2, dilation 1 x 2, groups 3: every field differs from its default.
+  using sp = conv2d_static_params<2, 1, 1, 2, 1, 2, 3>;
+  const conv2d_params rp{.stride_h = 2, .stride_w = 1, .pad_top = 1, .pad_bottom = 1,
+                         .pad_left = 2, .pad_right = 2, .dilation_h = 1, .dilation_w = 2,
+                         .groups = 3};
+  STATIC_REQUIRE(sp::output_extent(9, 3, 0) == (9 + 2 - 2 - 1) / 2 + 1);
+  STATIC_REQUIRE(sp::output_extent(8, 3, 1) == (8 + 4 - 4 - 1) / 1 + 1);
+  STATIC_REQUIRE(sp::output_extent(dyn, 3, 0) == dyn);
+  STATIC_REQUIRE(sp::output_extent(1, 5, 1) == -1); // the dilated kernel (9 wide) cannot fit
+  const auto pq = rp.output_hw(9, 8, 3, 3);
+  REQUIRE(pq[0] == 5);
+  REQUIRE(pq[1] == 8);
+
+  using xe = extents<dyn, 6, 9, 8>;
+  using we = extents<9, 2, 3, 3>;
+  using ye = extents<dyn, 9, 5, 8>;
+  Tensor<fp32, xe> x("x", 2), dxs("dxs", 2), dxr("dxr", 2);
+  Tensor<fp32, we> w("w"), dws("dws"), dwr("dwr");
+  Tensor<fp32, ye> ys("ys", 2), yr("yr", 2);
+  fill_uniform(x, 31, -1.f, 1.f);
+  fill_uniform(w, 32, -1.f, 1.f);
+  conv2d_forward(exec, x, w, ys, sp{});
+  conv2d_forward(exec, x, w, yr, rp);
+  REQUIRE(to_doubles(ys) == to_doubles(yr));
+  conv2d_backward_data(exec, ys, w, dxs, sp{});
+  conv2d_backward_data(exec, yr, w, dxr, rp);
+  REQUIRE(to_doubles(dxs) == to_doubles(dxr));
+  conv2d_backward_weight(exec, x, ys, dws, sp{});
+  conv2d_backward_weight(exec, x, yr, dwr, rp);
+  REQUIRE(to_doubles(dws) == to_doubles(dwr));
+  // And against the direct reference, so that both forms are not wrong together.
+  const conv_shape s{.N = 2, .C = 6, .H = 9, .W = 8, .K = 9, .R = 3, .S = 3, .prm = rp};
+  const auto ref = reference_conv2d_forward(s, to_doubles(x), to_doubles(w), {});
+  const auto yd = to_doubles(ys);
+  for (std::size_t i = 0; i < yd.size(); ++i)
+    REQUIRE(std::abs(yd[i] - ref.value[i]) <= error_bound<fp32>(ref.value[i], ref.abs[i], 18));
+}

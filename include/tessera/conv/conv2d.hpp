@@ -128,9 +128,10 @@ constexpr bool static_pair(index_t a, index_t b) noexcept {
 }
 
 /// Checks an (x-like, w-like, y-like) triple: (N, C, H, W), (K, C/groups, R, S), (N, K, P, Q).
-template <class XV, class WV, class YV>
+template <class XV, class WV, class YV, class Prm>
 conv2d_problem check_conv2d(const char* op, const char* xn, const XV& x, const char* wn,
-                            const WV& w, const char* yn, const YV& y, const conv2d_params& prm) {
+                            const WV& w, const char* yn, const YV& y, const Prm& prm_in) {
+  const conv2d_params prm = prm_in;
   static_assert(XV::rank == 4 && WV::rank == 4 && YV::rank == 4,
                 "tessera::conv2d: activations must be rank 4 (N, C, H, W) and weights rank 4 "
                 "(K, C/groups, R, S).");
@@ -145,6 +146,22 @@ conv2d_problem check_conv2d(const char* op, const char* xn, const XV& x, const c
                     we::static_extent(0) == ye::static_extent(1),
                 "tessera::conv2d: the weights' static output channel count K (dimension 0) "
                 "differs from the output activations' (dimension 1).");
+  if constexpr (is_conv2d_static_params<Prm>::value) {
+    constexpr index_t P = Prm::output_extent(xe::static_extent(2), we::static_extent(2), 0);
+    constexpr index_t Q = Prm::output_extent(xe::static_extent(3), we::static_extent(3), 1);
+    static_assert(P != -1 && Q != -1,
+                  "tessera::conv2d: with these static parameters the dilated kernel does not fit "
+                  "in the padded static input (the output would be empty).");
+    static_assert((P == dyn || ye::static_extent(2) == dyn || P == ye::static_extent(2)) &&
+                      (Q == dyn || ye::static_extent(3) == dyn || Q == ye::static_extent(3)),
+                  "tessera::conv2d: the output activations' static height/width (dimensions 2, 3) "
+                  "differ from the size the static parameters give for the static input and "
+                  "kernel.");
+    static_assert(xe::static_extent(1) == dyn || we::static_extent(1) == dyn ||
+                      xe::static_extent(1) == we::static_extent(1) * Prm::groups,
+                  "tessera::conv2d: the input's static channel count C (dimension 1) differs from "
+                  "the weights' C/groups (dimension 1) times the static groups.");
+  }
   const auto all = [&] {
     return std::string(op) + ": " + describe(xn, x) + ", " + describe(wn, w) + ", " +
            describe(yn, y) + ", " + prm.to_string() + ": ";
@@ -547,9 +564,10 @@ void conv2d_bias_grad(const Exec& exec, const DYV& dy, const DBV& db, float alph
 ///   tessera::conv2d_forward(exec, x, w, b, y, {.pad_top = 1, ...}, ws,
 ///                           KOKKOS_LAMBDA(float v) { return v > 0.f ? v : 0.f; });
 template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand B,
-          detail::conv_operand Y, class M, class Epi = detail::no_epilogue>
+          detail::conv_operand Y, class M, class Epi = detail::no_epilogue,
+          Conv2dParams Prm = conv2d_params>
 void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bias_in,
-                    const Y& y_in, const conv2d_params& params, conv2d_workspace<M>& ws,
+                    const Y& y_in, const Prm& params, conv2d_workspace<M>& ws,
                     const Epi& epilogue = {}) {
   const auto x = detail::input_view(x_in);
   const auto w = detail::input_view(w_in);
@@ -565,10 +583,9 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bi
 
 /// y = conv2d(x, w) without bias; see the overload with bias.
 template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y, class M,
-          class Epi = detail::no_epilogue>
+          class Epi = detail::no_epilogue, Conv2dParams Prm = conv2d_params>
 void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_in,
-                    const conv2d_params& params, conv2d_workspace<M>& ws,
-                    const Epi& epilogue = {}) {
+                    const Prm& params, conv2d_workspace<M>& ws, const Epi& epilogue = {}) {
   const auto x = detail::input_view(x_in);
   const auto w = detail::input_view(w_in);
   const auto y = detail::conv_as_view(y_in);
@@ -581,9 +598,9 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_
 /// dx = dL/dx for y = conv2d(x, w): the transposed convolution of dy with w.
 /// dy (N, K, P, Q), w (K, C/groups, R, S), dx (N, C, H, W) overwritten; H and W are dx's.
 template <class Exec, detail::conv_input DY, detail::conv_input Wt, detail::conv_operand DX,
-          class M>
+          class M, Conv2dParams Prm = conv2d_params>
 void conv2d_backward_data(const Exec& exec, const DY& dy_in, const Wt& w_in, const DX& dx_in,
-                          const conv2d_params& params, conv2d_workspace<M>& ws) {
+                          const Prm& params, conv2d_workspace<M>& ws) {
   const auto dy = detail::input_view(dy_in);
   const auto w = detail::input_view(w_in);
   const auto dx = detail::conv_as_view(dx_in);
@@ -596,9 +613,10 @@ void conv2d_backward_data(const Exec& exec, const DY& dy_in, const Wt& w_in, con
 /// dw = dL/dw for y = conv2d(x, w): dw[k, c, r, s] = sum over n, p, q of dy[n, k, p, q] times
 /// the input pixel (c, r, s) of window (p, q). x (N, C, H, W), dy (N, K, P, Q),
 /// dw (K, C/groups, R, S) overwritten (zero for N == 0).
-template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW, class M>
+template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW, class M,
+          Conv2dParams Prm = conv2d_params>
 void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, const DW& dw_in,
-                            const conv2d_params& params, conv2d_workspace<M>& ws) {
+                            const Prm& params, conv2d_workspace<M>& ws) {
   const auto x = detail::input_view(x_in);
   const auto dy = detail::input_view(dy_in);
   const auto dw = detail::conv_as_view(dw_in);
@@ -610,9 +628,9 @@ void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, co
 
 /// dw as above and dbias[k] = sum over n, p, q of dy[n, k, p, q] (dbias (K) overwritten).
 template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW,
-          detail::conv_operand DB, class M>
+          detail::conv_operand DB, class M, Conv2dParams Prm = conv2d_params>
 void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, const DW& dw_in,
-                            const DB& db_in, const conv2d_params& params, conv2d_workspace<M>& ws) {
+                            const DB& db_in, const Prm& params, conv2d_workspace<M>& ws) {
   const auto x = detail::input_view(x_in);
   const auto dy = detail::input_view(dy_in);
   const auto dw = detail::conv_as_view(dw_in);
@@ -628,35 +646,37 @@ void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, co
 // The same five calls without a workspace argument: each allocates a temporary workspace (once,
 // at its start). Layers called repeatedly should keep a conv2d_workspace and pass it.
 
-template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y>
-void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const Y& y,
-                    const conv2d_params& params) {
+template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand Y,
+          Conv2dParams Prm = conv2d_params>
+void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const Y& y, const Prm& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_forward(exec, x, w, y, params, ws);
 }
 template <class Exec, detail::conv_input X, detail::conv_input Wt, detail::conv_operand B,
-          detail::conv_operand Y>
+          detail::conv_operand Y, Conv2dParams Prm = conv2d_params>
 void conv2d_forward(const Exec& exec, const X& x, const Wt& w, const B& bias, const Y& y,
-                    const conv2d_params& params) {
+                    const Prm& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_forward(exec, x, w, bias, y, params, ws);
 }
-template <class Exec, detail::conv_input DY, detail::conv_input Wt, detail::conv_operand DX>
+template <class Exec, detail::conv_input DY, detail::conv_input Wt, detail::conv_operand DX,
+          Conv2dParams Prm = conv2d_params>
 void conv2d_backward_data(const Exec& exec, const DY& dy, const Wt& w, const DX& dx,
-                          const conv2d_params& params) {
+                          const Prm& params) {
   conv2d_workspace<typename DX::memory_space> ws;
   conv2d_backward_data(exec, dy, w, dx, params, ws);
 }
-template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW>
+template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW,
+          Conv2dParams Prm = conv2d_params>
 void conv2d_backward_weight(const Exec& exec, const X& x, const DY& dy, const DW& dw,
-                            const conv2d_params& params) {
+                            const Prm& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_backward_weight(exec, x, dy, dw, params, ws);
 }
 template <class Exec, detail::conv_input X, detail::conv_input DY, detail::conv_operand DW,
-          detail::conv_operand DB>
+          detail::conv_operand DB, Conv2dParams Prm = conv2d_params>
 void conv2d_backward_weight(const Exec& exec, const X& x, const DY& dy, const DW& dw,
-                            const DB& dbias, const conv2d_params& params) {
+                            const DB& dbias, const Prm& params) {
   conv2d_workspace<typename X::memory_space> ws;
   conv2d_backward_weight(exec, x, dy, dw, dbias, params, ws);
 }

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <string>
+#include <type_traits>
 
 namespace tessera {
 
@@ -73,5 +74,47 @@ struct conv2d_params {
     return {span_h / stride_h + 1, span_w / stride_w + 1};
   }
 };
+
+/// Compile-time convolution parameters: the same numbers as conv2d_params, as template
+/// arguments (padding symmetric per axis; use conv2d_params for asymmetric padding). Every
+/// conv2d_* call takes either. With static parameters and static extents on x, w and y the
+/// output size is checked at compile time, and layers can name their output type:
+///
+///   using p = tessera::conv2d_static_params<1, 1, 1>;               // stride 1, pad 1
+///   static_assert(p::output_extent(28, 3, 0) == 28);                 // H = 28, R = 3
+///   tessera::conv2d_forward(exec, x, w, y, p{});   // y (N, K, 28, 28) checked by the compiler
+template <index_t StrideH = 1, index_t StrideW = StrideH, index_t PadH = 0, index_t PadW = PadH,
+          index_t DilationH = 1, index_t DilationW = DilationH, index_t Groups = 1>
+struct conv2d_static_params {
+  static_assert(StrideH >= 1 && StrideW >= 1 && DilationH >= 1 && DilationW >= 1 && Groups >= 1,
+                "tessera::conv2d_static_params: strides, dilations and groups must be >= 1.");
+  static_assert(PadH >= 0 && PadW >= 0, "tessera::conv2d_static_params: paddings must be >= 0.");
+
+  static constexpr conv2d_params value{StrideH, StrideW,   PadH,      PadH,  PadW,
+                                       PadW,    DilationH, DilationW, Groups};
+  static constexpr index_t groups = Groups;
+
+  constexpr operator conv2d_params() const noexcept { return value; } // NOLINT: by design
+
+  /// Output size along axis 0 (height) or 1 (width) for input size `in` and kernel size `k`;
+  /// `dyn` when either is dynamic, -1 when the dilated kernel does not fit (empty output).
+  static constexpr index_t output_extent(index_t in, index_t k, int axis) noexcept {
+    if (in == dyn || k == dyn) return dyn;
+    const index_t pad = axis == 0 ? 2 * PadH : 2 * PadW;
+    const index_t dil = axis == 0 ? DilationH : DilationW;
+    const index_t stride = axis == 0 ? StrideH : StrideW;
+    const index_t span = in + pad - dil * (k - 1) - 1;
+    return span < 0 ? -1 : span / stride + 1;
+  }
+};
+
+template <class T>
+struct is_conv2d_static_params : std::false_type {};
+template <index_t... V>
+struct is_conv2d_static_params<conv2d_static_params<V...>> : std::true_type {};
+
+/// conv2d_params or conv2d_static_params<...>: what every conv2d_* call accepts.
+template <class T>
+concept Conv2dParams = std::is_same_v<T, conv2d_params> || is_conv2d_static_params<T>::value;
 
 } // namespace tessera
