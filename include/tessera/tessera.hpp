@@ -7,3 +7,5 @@
 #include <tessera/precision.hpp>
 #include <tessera/tensor.hpp>
 #include <tessera/gemm.hpp>
+#include <tessera/train.hpp>
+#include <tessera/parallel.hpp> // no MPI: the MPI backend is tessera/parallel/mpi.hpp

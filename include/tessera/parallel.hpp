@@ -1,0 +1,9 @@
+#pragma once
+/// \file parallel.hpp
+/// Entry header of tessera's parallelism plans: policies data<D>, tensor<T>, pipeline<P>;
+/// plan<Policies...>; pipeline schedules. It needs no MPI: the MPI communicator lives in
+/// tessera/parallel/mpi.hpp, which only programs linked with MPI include.
+
+#include <tessera/parallel/plan.hpp>
+#include <tessera/parallel/policies.hpp>
+#include <tessera/parallel/schedule.hpp>

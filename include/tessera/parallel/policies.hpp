@@ -1,0 +1,107 @@
+#pragma once
+/// \file parallel/policies.hpp
+/// The three ways to split a training step across processes, as compile-time policies:
+///
+///   tessera::parallel::data<D>      D replicas, each on 1/D of the global batch; gradients are
+///                                   averaged across them (all-reduce).
+///   tessera::parallel::tensor<T>    each layer's weights split T ways (Megatron column/row
+///                                   halves for Linear pairs, output channels for Conv2d).
+///   tessera::parallel::pipeline<P>  the layers cut into P consecutive stages, micro-batches
+///                                   streamed through them; balanced by FLOPs, or cut at given
+///                                   layer indices with pipeline<P, cut_at<I...>>.
+///
+/// A plan<Policies...> (parallel/plan.hpp) composes them; each is optional and given at most
+/// once. Sizes must be at least 1: a zero fails to compile with a sentence.
+
+#include <cstddef>
+#include <type_traits>
+
+namespace tessera::parallel {
+
+/// The mesh axis a policy splits along. The values are the axis' position in plan::axes.
+enum class axis : int { tensor = 0, data = 1, pipeline = 2 };
+
+/// Explicit pipeline cut points: stage k ends before layer I_k (layer indices of the
+/// Sequential, strictly increasing, each in [1, layer count - 1]). P stages need P - 1 cuts.
+template <std::size_t... I>
+struct cut_at {
+  static constexpr std::size_t count = sizeof...(I);
+  static constexpr std::size_t values[count + 1] = {I..., 0}; // +1: a zero-size array is invalid
+};
+
+/// Stages balanced by the constexpr FLOP cost of the layers (the default of pipeline<P>).
+struct balanced {};
+
+namespace detail {
+template <class T>
+struct is_cut_at : std::false_type {};
+template <std::size_t... I>
+struct is_cut_at<cut_at<I...>> : std::true_type {};
+
+template <int P, class Cuts>
+constexpr bool cut_count_matches() {
+  if constexpr (is_cut_at<Cuts>::value)
+    return P < 1 || Cuts::count + 1 == static_cast<std::size_t>(P);
+  else
+    return true;
+}
+template <class Cuts>
+constexpr bool cuts_increasing() {
+  if constexpr (is_cut_at<Cuts>::value) {
+    for (std::size_t k = 0; k < Cuts::count; ++k)
+      if (Cuts::values[k] < 1 || (k > 0 && Cuts::values[k] <= Cuts::values[k - 1])) return false;
+  }
+  return true;
+}
+} // namespace detail
+
+/// Data parallelism over D replicas (D >= 1).
+template <int D>
+struct data {
+  static_assert(D >= 1, "tessera::parallel::data<D>: the data-parallel size D must be at least 1");
+  static constexpr int size = D;
+  static constexpr parallel::axis axis = parallel::axis::data;
+};
+
+/// Tensor (intra-layer) parallelism over T ranks (T >= 1).
+template <int T>
+struct tensor {
+  static_assert(T >= 1,
+                "tessera::parallel::tensor<T>: the tensor-parallel size T must be at least 1");
+  static constexpr int size = T;
+  static constexpr parallel::axis axis = parallel::axis::tensor;
+};
+
+/// Pipeline (inter-layer) parallelism over P stages (P >= 1). Cuts is `balanced` (stages of
+/// about equal FLOPs) or cut_at<I...> with exactly P - 1 strictly increasing layer indices.
+template <int P, class Cuts = balanced>
+struct pipeline {
+  static_assert(
+      P >= 1, "tessera::parallel::pipeline<P>: the number of pipeline stages P must be at least 1");
+  static_assert(std::is_same_v<Cuts, balanced> || detail::is_cut_at<Cuts>::value,
+                "tessera::parallel::pipeline<P, Cuts>: Cuts must be balanced or cut_at<I...>");
+  static_assert(
+      detail::cut_count_matches<P, Cuts>(),
+      "tessera::parallel::pipeline<P, cut_at<I...>>: P stages need exactly P - 1 cut points");
+  static_assert(detail::cuts_increasing<Cuts>(),
+                "tessera::parallel::pipeline<P, cut_at<I...>>: the cut points must be strictly "
+                "increasing layer indices, each at least 1");
+  static constexpr int size = P;
+  static constexpr parallel::axis axis = parallel::axis::pipeline;
+  using cuts = Cuts;
+};
+
+template <class T>
+struct is_policy : std::false_type {};
+template <int D>
+struct is_policy<data<D>> : std::true_type {};
+template <int T>
+struct is_policy<tensor<T>> : std::true_type {};
+template <int P, class C>
+struct is_policy<pipeline<P, C>> : std::true_type {};
+
+/// data<D>, tensor<T> or pipeline<P, ...>.
+template <class T>
+concept Policy = is_policy<T>::value;
+
+} // namespace tessera::parallel
