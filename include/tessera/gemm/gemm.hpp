@@ -1,72 +1,229 @@
 #pragma once
 /// \file gemm/gemm.hpp
-/// tessera::gemm: C = alpha * A * B + beta * C with fp32 accumulation.
+/// tessera::gemm: C = epilogue(alpha * op(A) op(B) + beta * C), fp32 accumulation; and
+/// tessera::gemm_batched for strided batches.
 ///
-/// A is (M, K), B is (K, N), C is (M, N): rank-2 tensors or views of any precision and any
-/// strides (pass transpose(x.view()) for op(x) = x^T). beta == 0 ignores C's old contents
-/// (NaN in C does not leak), as BLAS does.
+/// Operands. A (M, K), B (K, N), C (M, N): rank-2 Tensors or TensorViews. A and B are each any of
+/// fp32, bf16, fp8_e4m3, fp8_e5m2 (independently: e4m3 x e5m2 is fine), with any non-negative
+/// strides: pass transpose(x.view()) for op(x) = x^T, a strided sub-view for a leading dimension
+/// larger than the extent. A or B may be a scaled_tensor (fp8 payload + scale, see
+/// tensor/scaled_tensor.hpp) or tessera::scaled(view, scale): the product is multiplied by
+/// 1 / scale of each. C is fp32 or bf16; or fp8 as a scaled output (a scaled_tensor or
+/// tessera::scaled(view, scale)): C = saturate(value * scale), and gemm returns the amax of the
+/// values before that scaling (what the next scale is computed from, e.g. with
+/// scale_for_amax<P>(amax)). For any other C gemm returns 0. A plain fp8 C (no scale) is
+/// accepted as scale 1, rounding with overflow to inf/NaN like from_float (conv2d relies on it).
 ///
-///   tessera::gemm(exec, a, b, c);                           // C = A B
+/// beta == 0 ignores C's old contents (NaN in C does not leak), as BLAS does. C must not overlap
+/// A or B, and its strides must give every element its own address (tessera::shape_error
+/// otherwise, naming the operands and shapes; C is left untouched).
+///
+///   tessera::gemm(exec, a, b, c);                                      // C = A B
 ///   tessera::gemm(exec, a, transpose(b.view()), c, {.alpha = 2.f, .beta = 1.f});
+///   namespace epi = tessera::epi;
+///   tessera::gemm(exec, x, transpose(w.view()), y,                     // y = relu(x w^T + b)
+///                 tessera::epilogue<epi::bias_col, epi::relu>{.ops = {epi::bias_col{b}, {}}});
+///   auto yq = tessera::scaled(y8.view(), scale);                       // fp8 output
+///   float amax = tessera::gemm(exec, xq, wq_t, yq);                    // xq, wq: scaled_tensor
+///   tessera::gemm(tessera::gemm_algo::portable{}, exec, a, b, c);      // force an algorithm
 ///
-/// NOTE: this first version is the portable reference path (one dot product per C element); the
-/// blocked host and team-tiled algorithms replace its body behind the same signature.
+/// Options: gemm_options{.alpha, .beta} or an epilogue<ops...> (gemm/epilogue.hpp: bias_row,
+/// bias_col, relu, gelu_tanh, gelu_erf, residual, scale, applied in order after
+/// alpha * AB + beta * C, before the cast).
+///
+/// gemm_batched(exec, A, B, C, opts): rank-3 (batch, rows, cols) operands, C[b] = A[b] B[b]
+/// with the same options; a batch stride of 0 on A or B shares that operand across the batch.
+///
+/// Algorithms (gemm_algo in gemm/options.hpp): on a host space `automatic` takes `direct` when
+/// min(M, N, K) < 64 or M N K < 64^3 and `host_packed` otherwise; on other spaces `portable`.
+/// Results are deterministic for a given algorithm and thread count (no atomics; each C element
+/// is reduced over K in one fixed order).
 
+#include <tessera/gemm/detail/host.hpp>
+#include <tessera/gemm/detail/portable.hpp>
+#include <tessera/gemm/detail/problem.hpp>
+#include <tessera/gemm/detail/reference.hpp>
+#include <tessera/gemm/epilogue.hpp>
+#include <tessera/gemm/options.hpp>
 #include <tessera/tensor.hpp>
 
 #include <string>
+#include <type_traits>
 
 namespace tessera {
 
-/// Run-time scalars of a GEMM call.
-struct gemm_options {
-  float alpha = 1.f;
-  float beta = 0.f;
-};
-
 namespace detail {
 
-template <class T>
-auto as_view(const T& t) {
-  if constexpr (is_tensor<T>::value) {
-    return t.view();
+/// Below this size in every dimension (or this many multiply-adds) packing does not pay: the
+/// packed path's fixed cost (packing both operands, one parallel launch) is about the cost of
+/// a 64^3 product at direct-loop speed (measured with bench_gemm's small sizes).
+inline constexpr index_t direct_threshold = 64;
+
+template <class Algo, class Exec, class Prob>
+float run_gemm(const Exec& exec, const Prob& pr) {
+  if constexpr (std::is_same_v<Algo, gemm_algo::reference>) {
+    return gemm_reference(exec, pr);
+  } else if constexpr (std::is_same_v<Algo, gemm_algo::direct>) {
+    return gemm_direct(exec, pr);
+  } else if constexpr (std::is_same_v<Algo, gemm_algo::portable>) {
+    return gemm_portable(exec, pr);
+  } else if constexpr (std::is_same_v<Algo, gemm_algo::host_packed>) {
+    static_assert(is_host_exec_v<Exec>,
+                  "tessera::gemm: gemm_algo::host_packed runs on host execution spaces only; use "
+                  "gemm_algo::portable (or automatic) on a device.");
+    return gemm_host(exec, pr);
   } else {
-    static_assert(is_tensor_view<T>::value,
-                  "tessera::gemm: operands must be tessera::Tensor or tessera::TensorView.");
-    return t;
+    if constexpr (is_host_exec_v<Exec>) {
+      const index_t d = direct_threshold;
+      if (pr.m < d || pr.n < d || pr.k < d ||
+          static_cast<double>(pr.m) * pr.n * pr.k < static_cast<double>(d) * d * d)
+        return gemm_direct(exec, pr);
+      return gemm_host(exec, pr);
+    } else {
+      return gemm_portable(exec, pr);
+    }
   }
+}
+
+template <class VA, class VB, class VC>
+void check_gemm_types() {
+  static_assert(VA::rank == 2 && VB::rank == 2 && VC::rank == 2,
+                "tessera::gemm: A, B and C must be rank-2 (matrices).");
+}
+
+template <class Exec, class V>
+void check_space() {
+  static_assert(Kokkos::SpaceAccessibility<Exec, typename V::memory_space>::accessible,
+                "tessera::gemm: every operand must live in a memory space the execution space "
+                "can access.");
+}
+
+template <class OA, class OB, class OC, class Epi>
+auto make_problem(const OA& oa, const OB& ob, const OC& oc, const Epi& e) {
+  using VA = decltype(oa.view);
+  using VB = decltype(ob.view);
+  using VC = decltype(oc.view);
+  constexpr bool scaled_out = is_scaled_view<OC>::value || is_scaled_tensor<OC>::value;
+  gemm_problem<VA, VB, VC, decltype(e.ops), scaled_out> pr{oa.view, ob.view, oc.view};
+  pr.m = oa.view.extent(0);
+  pr.k = oa.view.extent(1);
+  pr.n = ob.view.extent(1);
+  pr.alpha = e.alpha / oa.scale / ob.scale;
+  pr.out_scale = oc.scale;
+  pr.beta = e.beta / oc.scale;
+  pr.ops = e.ops;
+  return pr;
 }
 
 } // namespace detail
 
-template <class Exec, class TA, class TB, class TC>
-void gemm(const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_in,
-          gemm_options opts = {}) {
-  const auto a = detail::as_view(a_in);
-  const auto b = detail::as_view(b_in);
-  const auto c = detail::as_view(c_in);
-  using va = decltype(a);
-  using vb = decltype(b);
-  using vc = decltype(c);
-  static_assert(va::rank == 2 && vb::rank == 2 && vc::rank == 2,
-                "tessera::gemm: A, B and C must be rank-2 (matrices).");
-  const index_t m = a.extent(0), k = a.extent(1), n = b.extent(1);
-  if (b.extent(0) != k || c.extent(0) != m || c.extent(1) != n)
-    throw shape_error("tessera::gemm: A " + shape_string(a.extents()) + " times B " +
-                      shape_string(b.extents()) + " into C " + shape_string(c.extents()) +
-                      ": needs A (M, K), B (K, N), C (M, N)");
-  using pc = typename vc::precision;
-  const float alpha = opts.alpha, beta = opts.beta;
-  Kokkos::parallel_for(
-      "tessera::gemm[reference]",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {m, n}),
-      KOKKOS_LAMBDA(const index_t i, const index_t j) {
-        float acc = 0.f;
-        for (index_t p = 0; p < k; ++p) acc += to_float(a(i, p)) * to_float(b(p, j));
-        const float old = beta == 0.f ? 0.f : beta * to_float(c(i, j));
-        c(i, j) = from_float<pc>(alpha * acc + old);
-      });
-  exec.fence();
+/// C = epilogue(alpha * A B + beta * C) with algorithm Algo (see the file comment). Returns the
+/// amax of the output values before scaling for a scaled C, else 0.
+template <class Algo, class Exec, class TA, class TB, class TC, class Opts = gemm_options>
+requires is_gemm_algo_v<Algo>
+float gemm(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_in,
+           const Opts& opts = {}) {
+  const auto oa = detail::to_gemm_operand(a_in);
+  const auto ob = detail::to_gemm_operand(b_in);
+  const auto oc = detail::to_gemm_operand(c_in);
+  using VA = decltype(oa.view);
+  using VB = decltype(ob.view);
+  using VC = decltype(oc.view);
+  detail::check_gemm_types<VA, VB, VC>();
+  detail::check_space<Exec, VA>();
+  detail::check_space<Exec, VB>();
+  detail::check_space<Exec, VC>();
+  using pc = typename VC::precision;
+  static_assert(std::is_same_v<pc, fp32> || std::is_same_v<pc, bf16> ||
+                    precision_traits<pc>::bits == 8,
+                "tessera::gemm: C must be fp32, bf16 or fp8.");
+  const auto e = detail::as_epilogue(opts);
+  detail::check_gemm_args("tessera::gemm", oa.view, ob.view, oc.view, e.ops);
+  if (oc.scaled && !(oc.scale > 0.f && oc.scale < INFINITY))
+    throw value_error("tessera::gemm: the output scale must be positive and finite, got " +
+                      std::to_string(oc.scale));
+  return detail::run_gemm<Algo>(exec, detail::make_problem(oa, ob, oc, e));
+}
+
+/// C = epilogue(alpha * A B + beta * C), algorithm chosen automatically.
+template <class Exec, class TA, class TB, class TC, class Opts = gemm_options>
+requires(!is_gemm_algo_v<Exec>) float gemm(const Exec& exec, const TA& a, const TB& b, const TC& c,
+                                           const Opts& opts = {}) {
+  return gemm(gemm_algo::automatic{}, exec, a, b, c, opts);
+}
+
+namespace detail {
+
+/// Matrix `i` of a rank-3 view (batch, rows, cols): the same memory, strides (s1, s2).
+template <class V>
+auto batch_matrix(const V& v, index_t i) {
+  using P = typename V::precision;
+  return TensorView<P, dextents<2>, layout_stride, typename V::memory_space>(
+      v.data() + i * v.stride(0), dextents<2>(v.extent(1), v.extent(2)),
+      {v.stride(1), v.stride(2)});
+}
+
+template <class O>
+auto batch_operand(const O& o, index_t i) {
+  auto m = batch_matrix(o.view, i);
+  return gemm_operand<decltype(m)>{m, o.scale, o.scaled};
+}
+
+} // namespace detail
+
+/// Strided-batched GEMM: C[i] = epilogue(alpha * A[i] B[i] + beta * C[i]) for every i of the
+/// leading dimension. A (batch, M, K), B (batch, K, N), C (batch, M, N), rank-3, any strides; A
+/// or B may have batch stride 0 (one matrix shared by the batch) and then any batch extent equal
+/// to C's or 1. Epilogue ops see (i, j) within each matrix (a bias is shared by the batch).
+/// Returns the largest amax over the batch for a scaled C (else 0).
+template <class Algo, class Exec, class TA, class TB, class TC, class Opts = gemm_options>
+requires is_gemm_algo_v<Algo>
+float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_in,
+                   const Opts& opts = {}) {
+  const auto oa = detail::to_gemm_operand(a_in);
+  const auto ob = detail::to_gemm_operand(b_in);
+  const auto oc = detail::to_gemm_operand(c_in);
+  using VA = decltype(oa.view);
+  using VB = decltype(ob.view);
+  using VC = decltype(oc.view);
+  static_assert(VA::rank == 3 && VB::rank == 3 && VC::rank == 3,
+                "tessera::gemm_batched: A, B and C must be rank-3 (batch, rows, cols).");
+  const auto e = detail::as_epilogue(opts);
+  const index_t nb = oc.view.extent(0);
+  const auto batch_ok = [&](const auto& v) {
+    return v.extent(0) == nb || (v.extent(0) == 1 && nb >= 1) || v.stride(0) == 0;
+  };
+  if (!batch_ok(oa.view) || !batch_ok(ob.view))
+    throw shape_error("tessera::gemm_batched: " + detail::describe("A", oa.view) + ", " +
+                      detail::describe("B", ob.view) + ", " + detail::describe("C", oc.view) +
+                      ": A and B need C's batch extent (or 1, or batch stride 0)");
+  if (nb > 1 && oc.view.stride(0) < oc.view.extent(1) * oc.view.stride(1) &&
+      oc.view.stride(0) < oc.view.extent(2) * oc.view.stride(2))
+    throw shape_error("tessera::gemm_batched: " + detail::describe("C", oc.view) +
+                      ": the matrices of C overlap (batch stride too small)");
+  float amax = 0.f;
+  if (nb == 0) return amax;
+  // Check every matrix before writing any (the output is unchanged on error).
+  const auto pick = [](const auto& o, index_t i) {
+    return detail::batch_operand(o, o.view.extent(0) == 1 ? 0 : i);
+  };
+  for (index_t i = 0; i < nb; ++i) {
+    const auto a = pick(oa, i), b = pick(ob, i), c = detail::batch_operand(oc, i);
+    detail::check_gemm_args("tessera::gemm_batched", a.view, b.view, c.view, e.ops);
+  }
+  for (index_t i = 0; i < nb; ++i) {
+    const auto pr = detail::make_problem(pick(oa, i), pick(ob, i), detail::batch_operand(oc, i), e);
+    const float m = detail::run_gemm<Algo>(exec, pr);
+    amax = m > amax ? m : amax;
+  }
+  return amax;
+}
+
+/// Strided-batched GEMM, algorithm chosen automatically.
+template <class Exec, class TA, class TB, class TC, class Opts = gemm_options>
+requires(!is_gemm_algo_v<Exec>) float gemm_batched(const Exec& exec, const TA& a, const TB& b,
+                                                   const TC& c, const Opts& opts = {}) {
+  return gemm_batched(gemm_algo::automatic{}, exec, a, b, c, opts);
 }
 
 } // namespace tessera

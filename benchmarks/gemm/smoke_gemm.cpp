@@ -1,0 +1,78 @@
+// Quick self-check of tessera::gemm against a double loop (all algorithms, a few shapes and
+// precisions, an epilogue, a scaled fp8 output, a batch). Not a test: the correctness tests
+// live in tests/gemm/; this is the helper's smoke run after changing a kernel.
+#include <tessera/gemm.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+using namespace tessera; // NOLINT: a benchmark-side program, not a header
+
+namespace {
+
+int failures = 0;
+
+template <class PA, class PB, class PC, class Algo>
+void check(const char* name, index_t m, index_t n, index_t k, bool ta, bool tb, float alpha,
+           float beta, unsigned seed) {
+  using E = Kokkos::DefaultHostExecutionSpace;
+  Tensor<PA, dextents<2>> a("a", ta ? k : m, ta ? m : k);
+  Tensor<PB, dextents<2>> b("b", tb ? n : k, tb ? k : n);
+  Tensor<PC, dextents<2>> c("c", m, n);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (index_t i = 0; i < a.size(); ++i) a.data()[i] = from_float<PA>(u(g));
+  for (index_t i = 0; i < b.size(); ++i) b.data()[i] = from_float<PB>(u(g));
+  for (index_t i = 0; i < c.size(); ++i) c.data()[i] = from_float<PC>(u(g));
+  std::vector<double> ref(static_cast<std::size_t>(m * n));
+  const auto av = ta ? transpose(a.view()) : a.view().as_strided();
+  const auto bv = tb ? transpose(b.view()) : b.view().as_strided();
+  double worst = 0;
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (index_t p = 0; p < k; ++p) s += double(to_float(av(i, p))) * to_float(bv(p, j));
+      ref[i * n + j] = alpha * s + (beta != 0 ? beta * double(to_float(c(i, j))) : 0.0);
+    }
+  gemm(Algo{}, E{}, av, bv, c, gemm_options{alpha, beta});
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      const double e = std::abs(to_float(c(i, j)) - ref[i * n + j]);
+      if (!(e <= worst)) worst = e;
+    }
+  const double tol = (std::is_same_v<PC, fp32> ? 1e-5 : 1e-2) * std::sqrt(double(k) + 1) * 4;
+  const bool ok = worst <= tol;
+  if (!ok) ++failures;
+  std::printf("%-5s %-12s m=%4ld n=%4ld k=%4ld ta=%d tb=%d err=%.3g %s\n", ok ? "ok" : "FAIL", name,
+              long(m), long(n), long(k), ta, tb, worst, ok ? "" : "<<<<<");
+}
+
+template <class Algo>
+void all(const char* name) {
+  const index_t shapes[][3] = {{1, 1, 1},      {7, 5, 3},       {17, 33, 65},   {64, 64, 64},
+                               {100, 37, 129}, {255, 257, 300}, {130, 515, 70}, {300, 40, 1000}};
+  unsigned s = 1;
+  for (const auto& sh : shapes)
+    for (int t = 0; t < 4; ++t) {
+      check<fp32, fp32, fp32, Algo>(name, sh[0], sh[1], sh[2], t & 1, t & 2, 1.5f,
+                                    t == 3 ? 0.5f : 0.f, s++);
+      check<bf16, bf16, fp32, Algo>(name, sh[0], sh[1], sh[2], t & 1, t & 2, 1.f, 0.f, s++);
+      check<fp8_e4m3, fp8_e5m2, bf16, Algo>(name, sh[0], sh[1], sh[2], t & 1, t & 2, 1.f, 0.f, s++);
+      check<fp32, bf16, fp32, Algo>(name, sh[0], sh[1], sh[2], t & 1, t & 2, 1.f, 1.f, s++);
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard guard(argc, argv);
+  all<gemm_algo::reference>("reference");
+  all<gemm_algo::direct>("direct");
+  all<gemm_algo::portable>("portable");
+  all<gemm_algo::host_packed>("host_packed");
+  all<gemm_algo::automatic>("automatic");
+  std::printf("%d failures\n", failures);
+  return failures != 0;
+}

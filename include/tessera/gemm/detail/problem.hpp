@@ -1,0 +1,124 @@
+#pragma once
+/// \file gemm/detail/problem.hpp
+/// One GEMM call brought to a single form every algorithm takes: the three views, the sizes,
+/// alpha/beta with the operand scales folded in, the output scale and the epilogue ops; plus
+/// the argument checks (shapes, aliasing, strides) shared by gemm and gemm_batched.
+
+#include <tessera/gemm/epilogue.hpp>
+#include <tessera/gemm/options.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::detail {
+
+/// alpha * acc + beta * C_old, the epilogue ops, amax, the output scale and the cast.
+/// Everything an algorithm needs besides the product itself.
+template <class VA, class VB, class VC, class Ops, bool ScaledOut>
+struct gemm_problem {
+  using pa = typename VA::precision;
+  using pb = typename VB::precision;
+  using pc = typename VC::precision;
+  static constexpr bool scaled_out = ScaledOut;
+  VA a;
+  VB b;
+  VC c;
+  index_t m = 0, n = 0, k = 0;
+  float alpha = 1.f; ///< alpha times the scale_inv of each scaled input
+  float beta = 0.f;  ///< beta over the output scale (C_old is payload / scale)
+  float out_scale = 1.f;
+  Ops ops{};
+
+  /// The value before the cast for accumulator acc at (i, j).
+  TESSERA_INLINE float value(float acc, index_t i, index_t j) const noexcept {
+    float v = alpha * acc;
+    if (beta != 0.f) v += beta * to_float(c(i, j));
+    return ops(v, i, j);
+  }
+  /// Writes the final value v of (i, j) to C.
+  TESSERA_INLINE void put(float v, index_t i, index_t j) const noexcept {
+    if constexpr (ScaledOut) {
+      c(i, j) = from_float<pc, saturate>(v * out_scale);
+    } else {
+      c(i, j) = from_float<pc>(v);
+    }
+  }
+  /// value + put; returns |v| for the amax (0 when the output is not scaled).
+  TESSERA_INLINE float store(float acc, index_t i, index_t j) const noexcept {
+    const float v = value(acc, i, j);
+    put(v, i, j);
+    if constexpr (ScaledOut) {
+      const float a = v < 0.f ? -v : v;
+      return a == a ? a : 0.f; // NaN does not enter the amax
+    } else {
+      return 0.f;
+    }
+  }
+};
+
+/// Memory [lo, hi) spanned by a view's elements, in bytes (hi == lo when empty).
+template <class V>
+void byte_span(const V& v, std::uintptr_t& lo, std::uintptr_t& hi) {
+  lo = hi = reinterpret_cast<std::uintptr_t>(v.data());
+  if (v.size() == 0) return;
+  std::intptr_t neg = 0, pos = 0;
+  for (std::size_t d = 0; d < V::rank; ++d) {
+    const std::intptr_t span = static_cast<std::intptr_t>(v.extent(d) - 1) * v.stride(d);
+    (span < 0 ? neg : pos) += span;
+  }
+  constexpr std::intptr_t e = sizeof(typename V::storage_type);
+  lo = static_cast<std::uintptr_t>(static_cast<std::intptr_t>(lo) + neg * e);
+  hi = static_cast<std::uintptr_t>(static_cast<std::intptr_t>(hi) + pos * e + e);
+}
+
+template <class V1, class V2>
+bool overlaps(const V1& x, const V2& y) {
+  std::uintptr_t a0, a1, b0, b1;
+  byte_span(x, a0, a1);
+  byte_span(y, b0, b1);
+  return a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1;
+}
+
+template <class V>
+std::string describe(const char* name, const V& v) {
+  std::string s = std::string(name) + " " + shape_string(v.extents()) + " strides (";
+  for (std::size_t d = 0; d < V::rank; ++d) s += (d ? ", " : "") + std::to_string(v.stride(d));
+  return s + ") " + precision_traits<typename V::precision>::name;
+}
+
+/// True if the (rows, cols) matrix with strides (s0, s1) has no two elements at one address
+/// and no negative stride.
+inline bool distinct_elements(index_t rows, index_t cols, index_t s0, index_t s1) {
+  if (rows <= 1) s0 = 0;
+  if (cols <= 1) s1 = 0;
+  if (s0 < 0 || s1 < 0) return false;
+  if (rows > 1 && cols > 1) return (s1 >= 1 && s0 >= cols * s1) || (s0 >= 1 && s1 >= rows * s0);
+  if (rows > 1) return s0 >= 1;
+  if (cols > 1) return s1 >= 1;
+  return true;
+}
+
+/// The run-time checks of gemm: shapes, strides of C, C aliasing A or B, epilogue lengths.
+template <class VA, class VB, class VC, class Ops>
+void check_gemm_args(const char* who, const VA& a, const VB& b, const VC& c, const Ops& ops) {
+  const index_t m = a.extent(0), k = a.extent(1), n = b.extent(1);
+  const auto all = [&] {
+    return describe("A", a) + ", " + describe("B", b) + ", " + describe("C", c);
+  };
+  if (b.extent(0) != k || c.extent(0) != m || c.extent(1) != n)
+    throw shape_error(std::string(who) + ": " + all() + ": needs A (M, K), B (K, N), C (M, N)");
+  if (!distinct_elements(c.extent(0), c.extent(1), c.stride(0), c.stride(1)))
+    throw shape_error(std::string(who) + ": " + all() +
+                      ": the strides of C must be non-negative and give every element of C its "
+                      "own address");
+  if (a.stride(0) < 0 || a.stride(1) < 0 || b.stride(0) < 0 || b.stride(1) < 0)
+    throw shape_error(std::string(who) + ": " + all() +
+                      ": negative strides of A or B are not supported");
+  if (overlaps(c, a))
+    throw shape_error(std::string(who) + ": " + all() + ": C overlaps A in memory (aliasing)");
+  if (overlaps(c, b))
+    throw shape_error(std::string(who) + ": " + all() + ": C overlaps B in memory (aliasing)");
+  ops.check(who, m, n);
+}
+
+} // namespace tessera::detail

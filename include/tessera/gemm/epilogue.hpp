@@ -1,0 +1,286 @@
+#pragma once
+/// \file gemm/epilogue.hpp
+/// Epilogues fused into the GEMM store, composed at compile time from the ops in tessera::epi.
+///
+/// The value written to C(i, j) is, in this order:
+///   v = alpha * sum_p A(i, p) B(p, j) + beta * C_old(i, j)
+///   v = op_1(v, i, j); v = op_2(v, i, j); ...            (the ops, in the listed order)
+///   C(i, j) = cast(v)     (for a scaled output: cast(v * scale), saturating; amax over |v|)
+///
+///   namespace epi = tessera::epi;
+///   tessera::epilogue<epi::bias_col, epi::relu> e{.alpha = 1.f, .beta = 0.f,
+///                                                 .ops = {epi::bias_col{bias}, {}}};
+///   tessera::gemm(exec, x, transpose(w.view()), y, e);        // y = relu(x w^T + bias)
+///   // or, deducing the op list:
+///   tessera::gemm(exec, x, w_t, y, tessera::make_epilogue({.alpha = 1.f}, epi::bias_col{bias},
+///                                                         epi::gelu_tanh{}));
+///
+/// Ops holding data (bias_row, bias_col, residual) keep a pointer, strides and the precision of
+/// what they were built from (any tessera precision, any strides); the memory must be reachable
+/// from the execution space the GEMM runs on and outlive the call. Their lengths are checked
+/// against C's shape when gemm is called (tessera::shape_error).
+
+#include <tessera/gemm/options.hpp>
+#include <tessera/tensor.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace tessera {
+
+namespace epi {
+
+namespace detail {
+
+/// Precision codes of a type-erased operand.
+enum class code : int { f32 = 0, b16 = 1, e4m3 = 2, e5m2 = 3 };
+
+template <class P>
+constexpr code code_of() {
+  if constexpr (std::is_same_v<P, fp32>)
+    return code::f32;
+  else if constexpr (std::is_same_v<P, bf16>)
+    return code::b16;
+  else if constexpr (std::is_same_v<P, fp8_e4m3>)
+    return code::e4m3;
+  else
+    return code::e5m2;
+}
+
+/// Element `off` of a type-erased array of precision c, widened to float (exact).
+TESSERA_INLINE float load_as_float(const void* p, code c, index_t off) noexcept {
+  switch (c) {
+  case code::f32:
+    return static_cast<const float*>(p)[off];
+  case code::b16:
+    return to_float(static_cast<const bfloat16*>(p)[off]);
+  case code::e4m3:
+    return to_float(static_cast<const float8_e4m3*>(p)[off]);
+  default:
+    return to_float(static_cast<const float8_e5m2*>(p)[off]);
+  }
+}
+
+template <class T>
+auto as_view_of(const T& t) {
+  if constexpr (is_tensor<T>::value) {
+    return t.view();
+  } else {
+    static_assert(is_tensor_view<T>::value,
+                  "tessera::epi: a bias or residual must be a tessera::Tensor or TensorView.");
+    return t;
+  }
+}
+
+/// A rank-1 array of any precision and stride.
+struct vector_arg {
+  const void* data = nullptr;
+  index_t length = -1; ///< -1: not set
+  index_t stride = 1;
+  code prec = code::f32;
+
+  vector_arg() = default;
+  template <class T>
+  explicit vector_arg(const T& t) {
+    const auto v = as_view_of(t);
+    using V = decltype(v);
+    static_assert(V::rank == 1, "tessera::epi: a bias must be a rank-1 tensor (a vector).");
+    data = v.data();
+    length = v.extent(0);
+    stride = v.stride(0);
+    prec = code_of<typename V::precision>();
+  }
+  TESSERA_INLINE float operator[](index_t i) const noexcept {
+    return load_as_float(data, prec, i * stride);
+  }
+};
+
+/// A rank-2 array of any precision and strides.
+struct matrix_arg {
+  const void* data = nullptr;
+  index_t rows = -1, cols = -1; ///< -1: not set
+  index_t s0 = 0, s1 = 0;
+  code prec = code::f32;
+
+  matrix_arg() = default;
+  template <class T>
+  explicit matrix_arg(const T& t) {
+    const auto v = as_view_of(t);
+    using V = decltype(v);
+    static_assert(V::rank == 2, "tessera::epi::residual: the residual must be a rank-2 tensor.");
+    data = v.data();
+    rows = v.extent(0);
+    cols = v.extent(1);
+    s0 = v.stride(0);
+    s1 = v.stride(1);
+    prec = code_of<typename V::precision>();
+  }
+  TESSERA_INLINE float operator()(index_t i, index_t j) const noexcept {
+    return load_as_float(data, prec, i * s0 + j * s1);
+  }
+};
+
+inline std::string len_string(index_t n) {
+  return std::to_string(n);
+}
+
+} // namespace detail
+
+/// Adds bias[i] to row i of C (a vector of length M: e.g. per output channel of a conv GEMM).
+struct bias_row {
+  detail::vector_arg bias;
+  bias_row() = default;
+  template <class T>
+  explicit bias_row(const T& t) : bias(t) {}
+  TESSERA_INLINE float operator()(float v, index_t i, index_t) const noexcept {
+    return v + bias[i];
+  }
+  void check(const char* who, index_t m, index_t) const {
+    if (bias.length != m)
+      throw shape_error(std::string(who) + ": epi::bias_row has length " +
+                        detail::len_string(bias.length) + ", C has " + detail::len_string(m) +
+                        " rows (needs one bias per row of C)");
+  }
+};
+
+/// Adds bias[j] to column j of C (a vector of length N: e.g. per output feature of y = x W^T).
+struct bias_col {
+  detail::vector_arg bias;
+  bias_col() = default;
+  template <class T>
+  explicit bias_col(const T& t) : bias(t) {}
+  TESSERA_INLINE float operator()(float v, index_t, index_t j) const noexcept {
+    return v + bias[j];
+  }
+  void check(const char* who, index_t, index_t n) const {
+    if (bias.length != n)
+      throw shape_error(std::string(who) + ": epi::bias_col has length " +
+                        detail::len_string(bias.length) + ", C has " + detail::len_string(n) +
+                        " columns (needs one bias per column of C)");
+  }
+};
+
+/// max(v, 0). NaN stays NaN.
+struct relu {
+  TESSERA_INLINE float operator()(float v, index_t, index_t) const noexcept {
+    return v < 0.f ? 0.f : v;
+  }
+  void check(const char*, index_t, index_t) const {}
+};
+
+/// GELU, tanh approximation: 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+struct gelu_tanh {
+  TESSERA_INLINE float operator()(float v, index_t, index_t) const noexcept {
+    constexpr float k0 = 0.7978845608028654f; // sqrt(2 / pi)
+    constexpr float k1 = 0.044715f;           // the cubic coefficient of Hendrycks & Gimpel
+#if KOKKOS_VERSION >= 40000
+    return 0.5f * v * (1.f + Kokkos::tanh(k0 * (v + k1 * v * v * v)));
+#else
+    return 0.5f * v * (1.f + Kokkos::Experimental::tanh(k0 * (v + k1 * v * v * v)));
+#endif
+  }
+  void check(const char*, index_t, index_t) const {}
+};
+
+/// GELU, exact form: 0.5 v (1 + erf(v / sqrt(2))).
+struct gelu_erf {
+  TESSERA_INLINE float operator()(float v, index_t, index_t) const noexcept {
+    constexpr float r = 0.7071067811865476f; // 1 / sqrt(2)
+#if KOKKOS_VERSION >= 40000
+    return 0.5f * v * (1.f + Kokkos::erf(v * r));
+#else
+    return 0.5f * v * (1.f + Kokkos::Experimental::erf(v * r));
+#endif
+  }
+  void check(const char*, index_t, index_t) const {}
+};
+
+/// Adds R(i, j) of an (M, N) tensor (a skip connection). R may be C itself (read before write).
+struct residual {
+  detail::matrix_arg r;
+  residual() = default;
+  template <class T>
+  explicit residual(const T& t) : r(t) {}
+  TESSERA_INLINE float operator()(float v, index_t i, index_t j) const noexcept {
+    return v + r(i, j);
+  }
+  void check(const char* who, index_t m, index_t n) const {
+    if (r.rows != m || r.cols != n)
+      throw shape_error(std::string(who) + ": epi::residual has shape (" +
+                        detail::len_string(r.rows) + ", " + detail::len_string(r.cols) +
+                        "), C has (" + detail::len_string(m) + ", " + detail::len_string(n) +
+                        ") (needs the same shape as C)");
+  }
+};
+
+/// Multiplies by a constant (e.g. 1 / sqrt(d) after a residual, or a loss scale).
+struct scale {
+  float factor = 1.f;
+  TESSERA_INLINE float operator()(float v, index_t, index_t) const noexcept { return v * factor; }
+  void check(const char*, index_t, index_t) const {}
+};
+
+} // namespace epi
+
+namespace detail {
+
+/// The ops of an epilogue, applied in order (a device-callable replacement for std::tuple).
+template <class... Ops>
+struct op_pack;
+template <>
+struct op_pack<> {
+  TESSERA_INLINE float operator()(float v, index_t, index_t) const noexcept { return v; }
+  void check(const char*, index_t, index_t) const {}
+};
+template <class O, class... R>
+struct op_pack<O, R...> {
+  O head{};
+  op_pack<R...> tail{};
+  op_pack() = default;
+  op_pack(const O& h, const R&... r) : head(h), tail(r...) {} // NOLINT: {a, b} initialisation
+  TESSERA_INLINE float operator()(float v, index_t i, index_t j) const noexcept {
+    return tail(head(v, i, j), i, j);
+  }
+  void check(const char* who, index_t m, index_t n) const {
+    head.check(who, m, n);
+    tail.check(who, m, n);
+  }
+};
+
+} // namespace detail
+
+/// alpha, beta and a compile-time list of epilogue ops (see the file comment).
+template <class... Ops>
+struct epilogue {
+  float alpha = 1.f;
+  float beta = 0.f;
+  detail::op_pack<Ops...> ops{};
+  static constexpr bool empty = sizeof...(Ops) == 0;
+};
+
+/// Builds an epilogue, deducing the op list: make_epilogue({.alpha = 2}, epi::relu{}).
+template <class... Ops>
+epilogue<Ops...> make_epilogue(gemm_options o, const Ops&... ops) {
+  return {o.alpha, o.beta, detail::op_pack<Ops...>(ops...)};
+}
+
+template <class T>
+struct is_epilogue : std::false_type {};
+template <class... Ops>
+struct is_epilogue<epilogue<Ops...>> : std::true_type {};
+
+namespace detail {
+template <class Opts>
+auto as_epilogue(const Opts& o) {
+  if constexpr (std::is_same_v<Opts, gemm_options>) {
+    return epilogue<>{o.alpha, o.beta, {}};
+  } else {
+    static_assert(is_epilogue<Opts>::value,
+                  "tessera::gemm: the options must be tessera::gemm_options{.alpha, .beta} or a "
+                  "tessera::epilogue<ops...>.");
+    return o;
+  }
+}
+} // namespace detail
+
+} // namespace tessera
