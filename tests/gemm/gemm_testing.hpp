@@ -256,17 +256,19 @@ inline std::string describe(index_t m, index_t n, index_t k, const matrix_form& 
 // One whole case.
 
 /// One GEMM case: C (M, N) of precision PC = alpha * A (M, K) B (K, N) + beta * C with random
-/// operands in the given forms, run by Config, checked against the double reference (every
-/// element within the bound), and checked to leave A, B and everything around C untouched.
-/// With beta == 0, C starts as NaN (which must not leak). Returns true if all checks passed.
+/// operands (uniform in [lo, hi), rounded to their precisions) in the given forms, run by Config,
+/// checked against the double reference (every element within the bound), and checked to leave A, B
+/// and everything around C untouched. With beta == 0, C starts as NaN (which must not leak).
+/// Returns true if all checks passed.
 template <class Config, Precision PA, Precision PB, Precision PC>
 bool check_gemm_case(index_t m, index_t n, index_t k, const matrix_form& fa, const matrix_form& fb,
-                     const matrix_form& fc, float alpha, float beta, std::uint64_t seed) {
+                     const matrix_form& fc, float alpha, float beta, std::uint64_t seed,
+                     float lo = -1.f, float hi = 1.f) {
   const std::string what = Config::name() + " " + precision_traits<PA>::name + " x " +
                            precision_traits<PB>::name + " -> " + precision_traits<PC>::name + ": " +
                            describe(m, n, k, fa, fb, fc, alpha, beta, seed);
-  const auto a = make_matrix<PA>(m, k, fa, seed);
-  const auto b = make_matrix<PB>(k, n, fb, seed + 1);
+  const auto a = make_matrix<PA>(m, k, fa, seed, lo, hi);
+  const auto b = make_matrix<PB>(k, n, fb, seed + 1, lo, hi);
   const auto c = make_matrix<PC>(m, n, fc, seed + 2, -1.f, 1.f, beta == 0.f);
   const auto ref = reference_gemm(a.values, b.values, alpha, beta, c.values);
   const auto a0 = snapshot(a), b0 = snapshot(b), c0 = snapshot(c);

@@ -1,0 +1,87 @@
+// tessera::gemm with low-precision operands against the double reference: all 16 precision
+// pairs of A x B (fp32, bf16, fp8_e4m3, fp8_e5m2, independently) into fp32 C in every
+// transpose, a subset into bf16 C, and determinism of the low-precision paths.
+// The inputs are the stored (rounded) values widened exactly, so the reference sees exactly what
+// the kernel multiplies; accumulation is fp32, so the bound is the fp32 one of
+// tests/support/tolerance.hpp (gamma_{K+5} * sum |terms|), plus bf16's output rounding for a
+// bf16 C.
+#include "gemm_testing.hpp"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+constexpr std::uint64_t base_seed = 0x10e5;
+
+// (M, N, K, A transposed, B transposed): every transpose, sizes around the register and cache
+// tiles, one K of 1000 (where accumulating in anything narrower than fp32 shows).
+struct lowp_shape {
+  index_t m, n, k;
+  bool ta, tb;
+};
+constexpr lowp_shape lowp_shapes[] = {{33, 17, 65, false, false},   {64, 63, 127, true, false},
+                                      {7, 130, 257, false, true},   {130, 9, 31, true, true},
+                                      {19, 24, 1000, false, false}, {1, 1, 3, true, false}};
+
+/// Input range per precision: [-2, 2) reaches fp8's subnormals (below 2^-6 for e4m3, 2^-14 for
+/// e5m2) as well as values above 1.
+constexpr float lo = -2.f, hi = 2.f;
+} // namespace
+
+TEMPLATE_LIST_TEST_CASE("gemm: all 16 precision pairs of A x B into fp32 C", "[gemm][lowp]",
+                        all_configs) {
+  std::uint64_t seed = base_seed;
+  index_t failures = 0;
+  for_each_precision_pair([&]<class Pair>(Pair) {
+    using PA = typename Pair::a;
+    using PB = typename Pair::b;
+    for (const auto& s : lowp_shapes) {
+      const float beta = s.m % 2 ? 0.f : 1.f; // alternate NaN-C and accumulate cases
+      const matrix_form fa{s.ta, s.m % 3, 1}, fb{s.tb, 0, 0}, fc{false, s.n % 4, 0};
+      ++seed;
+      failures += !check_gemm_case<TestType, PA, PB, fp32>(s.m, s.n, s.k, fa, fb, fc, 0.5f, beta,
+                                                           seed, lo, hi);
+    }
+  });
+  CHECK(failures == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("gemm: bf16 C from fp32, bf16 and fp8 operands", "[gemm][lowp]",
+                        all_configs) {
+  // One rounding to bf16 at the store on top of the fp32 bound; beta != 0 reads the old bf16 C.
+  std::uint64_t seed = base_seed + 100;
+  index_t failures = 0;
+  const auto run = [&]<class PA, class PB>(PA, PB) {
+    for (const auto& s : lowp_shapes)
+      for (const float beta : {0.f, -1.f}) {
+        const matrix_form fa{s.ta, 0, 0}, fb{s.tb, 2, 1}, fc{false, 1, 0};
+        failures += !check_gemm_case<TestType, PA, PB, bf16>(s.m, s.n, s.k, fa, fb, fc, 1.f, beta,
+                                                             ++seed, lo, hi);
+      }
+  };
+  run(fp32{}, fp32{});
+  run(bf16{}, bf16{});
+  run(fp8_e4m3{}, fp8_e5m2{});
+  run(bf16{}, fp8_e4m3{});
+  CHECK(failures == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("gemm: low-precision results are bit-identical on repeated calls",
+                        "[gemm][lowp]", all_configs) {
+  const auto twice = [&]<class PA, class PB>(PA, PB, std::uint64_t seed) {
+    const index_t m = 200, n = 129, k = 513;
+    const auto a = make_matrix<PA>(m, k, {}, seed, lo, hi);
+    const auto b = make_matrix<PB>(k, n, {true, 0, 0}, seed + 1, lo, hi);
+    const auto c1 = make_matrix<fp32>(m, n, {}, seed + 2);
+    const auto c2 = make_matrix<fp32>(m, n, {}, seed + 2);
+    TestType::run(a.view, b.view, c1.view, gemm_options{.alpha = 1.f, .beta = 1.f});
+    TestType::run(a.view, b.view, c2.view, gemm_options{.alpha = 1.f, .beta = 1.f});
+    INFO(TestType::name() << " " << precision_traits<PA>::name << " x "
+                          << precision_traits<PB>::name);
+    CHECK(std::memcmp(c1.storage.data(), c2.storage.data(), c1.storage.size() * sizeof(float)) ==
+          0);
+  };
+  twice(bf16{}, bf16{}, base_seed + 200);
+  twice(fp8_e4m3{}, fp8_e4m3{}, base_seed + 210);
+  twice(fp8_e5m2{}, bf16{}, base_seed + 220);
+}
