@@ -50,8 +50,7 @@ template <class P, class Exec, class SrcP, class E, class L, class M>
 scaled_tensor<P, E, L, M> quantize(const Exec& exec, const Tensor<SrcP, E, L, M>& x,
                                    int margin = 0) {
   scaled_tensor<P, E, L, M> q{
-      Tensor<P, E, L, M>::uninitialized(x.label() + "_" + precision_traits<P>::name,
-                                        x.extents()),
+      Tensor<P, E, L, M>::uninitialized(x.label() + "_" + precision_traits<P>::name, x.extents()),
       scale_for_amax<P>(amax(exec, x), margin, 1.f)};
   const auto* in = x.data();
   auto* out = q.data.data();
@@ -65,6 +64,32 @@ scaled_tensor<P, E, L, M> quantize(const Exec& exec, const Tensor<SrcP, E, L, M>
 template <class P, class SrcP, class E, class L, class M>
 scaled_tensor<P, E, L, M> quantize(const Tensor<SrcP, E, L, M>& x, int margin = 0) {
   return quantize<P>(detail::default_exec_t<Tensor<SrcP, E, L, M>>{}, x, margin);
+}
+
+/// Quantizes x into an existing fp8 payload with a given scale (payload = round(x * scale),
+/// saturating), in one pass that also returns the amax of x (NaN if x holds a NaN), which
+/// delayed-scaling recipes record for the next step. Throws shape_error if the shapes differ.
+///   float seen = tessera::quantize_with_scale(exec, x, q.data, q.scale);
+template <class Exec, class P, class SrcP, class E1, class E2, class L, class M>
+float quantize_with_scale(const Exec& exec, const Tensor<SrcP, E1, L, M>& x,
+                          const Tensor<P, E2, L, M>& payload, float scale) {
+  static_assert(Fp8Precision<P>, "tessera::quantize_with_scale: the payload precision must be an "
+                                 "fp8 precision (tessera::fp8_e4m3 or tessera::fp8_e5m2).");
+  detail::require_same_shape("tessera::quantize_with_scale", payload, "payload", x, "x");
+  const auto* in = x.data();
+  auto* out = payload.data();
+  std::uint32_t result = 0;
+  // The magnitudes' bit patterns are reduced as unsigned integers, as amax does (NaN survives).
+  Kokkos::parallel_reduce(
+      "tessera::quantize_with_scale", Kokkos::RangePolicy<Exec>(exec, 0, x.size()),
+      KOKKOS_LAMBDA(const index_t i, std::uint32_t& m) {
+        const float v = to_float(in[i]);
+        out[i] = from_float<P, saturate>(v * scale);
+        const std::uint32_t a = detail::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+        m = a > m ? a : m;
+      },
+      Kokkos::Max<std::uint32_t>(result));
+  return detail::bit_cast<float>(result);
 }
 
 /// payload * scale_inv as an fp32 tensor.

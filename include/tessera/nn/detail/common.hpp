@@ -1,0 +1,204 @@
+#pragma once
+// Private helpers of nn/: reusable activation buffers, compute copies of GEMM operands in a
+// layer's compute precision, device-callable math. Not part of the public API.
+
+#include <tessera/nn/parameter.hpp>
+#include <tessera/nn/precision.hpp>
+
+#include <Kokkos_MathematicalFunctions.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace tessera::nn::detail {
+
+// exp/log/tanh/erf callable in kernels: Kokkos::Experimental:: on 3.4-3.6, Kokkos:: from 3.7
+// (where the Experimental names became deprecated aliases).
+#if KOKKOS_VERSION >= 30700
+namespace kmath = ::Kokkos;
+#else
+namespace kmath = ::Kokkos::Experimental;
+#endif
+
+using default_memory_space = Kokkos::DefaultExecutionSpace::memory_space;
+
+/// The memory of one activation (or gradient) tensor a layer returns, kept between steps: it is
+/// reallocated only when the number of elements changes (a smaller last batch), so a training
+/// loop does not allocate per step. The tensor handed out shares it and stays valid until the
+/// layer next writes it (its next forward, or next backward for gradients).
+template <class P, class M = default_memory_space>
+class buffer {
+public:
+  explicit buffer(std::string label = "tessera::nn::buffer") : label_(std::move(label)) {}
+
+  template <class Ext>
+  Tensor<P, Ext, layout_right, M> get(const Ext& e) {
+    if (static_cast<index_t>(v_.extent(0)) != e.size())
+      v_ = view_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_),
+                     static_cast<std::size_t>(e.size()));
+    return Tensor<P, Ext, layout_right, M>(v_, e);
+  }
+
+private:
+  using view_type = Kokkos::View<storage_t<P>*, M>;
+  std::string label_;
+  view_type v_;
+};
+
+/// A buffer for tensors of whichever precision flows through a precision-generic layer (one
+/// allocation per precision actually used).
+struct any_buffer {
+  explicit any_buffer(const char* label) : f32(label), b16(label), e4(label), e5(label) {}
+  template <class P, class Ext>
+  auto get(const Ext& e) {
+    if constexpr (std::is_same_v<P, fp32>) {
+      return f32.get(e);
+    } else if constexpr (std::is_same_v<P, bf16>) {
+      return b16.get(e);
+    } else if constexpr (std::is_same_v<P, fp8_e4m3>) {
+      return e4.get(e);
+    } else {
+      static_assert(std::is_same_v<P, fp8_e5m2>, "tessera::nn: unknown precision.");
+      return e5.get(e);
+    }
+  }
+  buffer<fp32> f32;
+  buffer<bf16> b16;
+  buffer<fp8_e4m3> e4;
+  buffer<fp8_e5m2> e5;
+};
+
+/// Raw memory of n elements of T, kept between steps like buffer (masks, pooling indices).
+template <class T, class M = default_memory_space>
+class raw_buffer {
+public:
+  explicit raw_buffer(std::string label = "tessera::nn::raw_buffer") : label_(std::move(label)) {}
+  T* get(index_t n) {
+    if (static_cast<index_t>(v_.extent(0)) != n)
+      v_ = Kokkos::View<T*, M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_),
+                               static_cast<std::size_t>(n));
+    return v_.data();
+  }
+  T* data() const noexcept { return v_.data(); }
+
+private:
+  std::string label_;
+  Kokkos::View<T*, M> v_;
+};
+
+/// The precision a GEMM / convolution operand has in compute precision Prec: the compute
+/// precision itself for fp32 and bf16; for hybrid fp8, E5M2 for gradients and E4M3 otherwise.
+template <class Prec, bool Gradient>
+struct operand_precision {
+  using type = Prec;
+};
+template <class R, bool Gradient>
+struct operand_precision<fp8<R>, Gradient> {
+  using type = std::conditional_t<Gradient, train::hybrid::gradient, train::hybrid::weight>;
+};
+
+/// A GEMM / convolution operand: a tensor in the operand precision and the factor (scale_inv)
+/// its elements must be multiplied by to give the values they stand for (1 unless fp8).
+template <class P, class Ext, class M = default_memory_space>
+struct operand {
+  Tensor<P, Ext, layout_right, M> t;
+  float scale_inv = 1.f;
+
+  /// What conv2d_* take: the tensor itself, or a scaled fp8 tensor carrying the scale.
+  auto conv_input() const {
+    if constexpr (Fp8Precision<P>) {
+      return scaled_tensor<P, Ext, layout_right, M>{t, 1.f / scale_inv};
+    } else {
+      return t;
+    }
+  }
+};
+
+/// Makes the compute copies of one operand slot (the weights of a layer, its input, or its
+/// output gradient) in precision Prec: no copy when the source already has the operand
+/// precision, a rounding cast into a kept buffer for fp32/bf16, a scaled fp8 quantization for
+/// fp8 whose scale comes from the recipe's per-tensor state (kept here, one per slot).
+template <class Prec, bool Gradient, class M = default_memory_space>
+class operand_caster {
+public:
+  using precision = typename operand_precision<Prec, Gradient>::type;
+
+  explicit operand_caster(std::string label = "tessera::nn::operand") : buf_(std::move(label)) {}
+
+  template <class Exec, class SrcP, class Ext>
+  operand<precision, Ext, M> operator()(const Exec& exec,
+                                        const Tensor<SrcP, Ext, layout_right, M>& src) {
+    if constexpr (std::is_same_v<SrcP, precision> && !Fp8Precision<precision>) {
+      return {src, 1.f};
+    } else if constexpr (!Fp8Precision<precision>) {
+      auto t = buf_.get(src.extents());
+      convert_into(exec, t, src);
+      return {t, 1.f};
+    } else {
+      auto t = buf_.get(src.extents());
+      const float current = meta_type::needs_current_amax ? amax(exec, src) : 0.f;
+      const float scale = meta_.template scale<precision>(current);
+      meta_.record(quantize_with_scale(exec, src, t, scale));
+      return {t, 1.f / scale};
+    }
+  }
+
+private:
+  template <class P>
+  struct meta_of {
+    using type = int; // unused for fp32 / bf16
+  };
+  template <class R>
+  struct meta_of<fp8<R>> {
+    using type = train::fp8_meta<R>;
+  };
+  using meta_type = typename meta_of<Prec>::type;
+
+  buffer<precision, M> buf_;
+  [[no_unique_address]] meta_type meta_{};
+};
+
+/// PyTorch's default initialisation of a layer with fan_in inputs per output: kaiming_uniform
+/// with a = sqrt(5) for the weights, gain sqrt(2 / (1 + a^2)) = sqrt(1/3), bound gain *
+/// sqrt(3 / fan_in) = 1 / sqrt(fan_in); the bias uniform with the same bound. Each tensor gets
+/// its own stream of the counter-based generator, derived from (seed, which).
+template <class Ext>
+void init_uniform_fan_in(const Tensor<fp32, Ext>& t, std::uint64_t seed, std::uint64_t which,
+                         index_t fan_in) {
+  const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
+  fill_uniform(t, counter_rng{seed, which}.bits(0), -bound, bound);
+}
+
+/// A Tensor of any static shape seen with a dynamic first dimension (shares memory).
+template <class P, index_t E0, index_t... Es, class M>
+Tensor<P, extents<dyn, Es...>, layout_right, M>
+with_dyn_batch(const Tensor<P, extents<E0, Es...>, layout_right, M>& t) {
+  if constexpr (E0 == dyn) {
+    return t;
+  } else {
+    auto a = t.extents().to_array();
+    return Tensor<P, extents<dyn, Es...>, layout_right, M>(t.kokkos_view(),
+                                                           extents<dyn, Es...>::from_all(a));
+  }
+}
+
+/// Throws shape_error unless the run-time extents of t are exactly want (a layer's backward
+/// receiving a gradient of another shape than its forward output).
+template <class T, std::size_t R>
+void require_extents(const char* op, const char* name, const T& t,
+                     const std::array<index_t, R>& want) {
+  static_assert(T::rank == R, "tessera::nn: a gradient has the wrong rank for this layer.");
+  bool ok = true;
+  for (std::size_t i = 0; i < R; ++i) ok = ok && t.extent(i) == want[i];
+  if (!ok) {
+    std::string w = "(";
+    for (std::size_t i = 0; i < R; ++i) w += (i ? ", " : "") + std::to_string(want[i]);
+    throw shape_error(std::string(op) + ": " + name + " has shape " + shape_string(t.extents()) +
+                      " but the last forward produced " + w + "); backward needs the gradient " +
+                      "of the last forward's output");
+  }
+}
+
+} // namespace tessera::nn::detail

@@ -1,0 +1,157 @@
+#pragma once
+/// \file nn/linear.hpp
+/// nn::Linear<In, Out, Prec>: y = x W^T + b, x (B, In), W (Out, In), b (Out), y (B, Out); the
+/// batch B is dynamic, everything else static. PyTorch's nn.Linear, with explicit passes:
+///
+///   tessera::nn::Linear<784, 128> fc(/*seed=*/1);        // PyTorch's default init
+///   auto y = fc.forward(exec, x);                         // (B, 128), keeps x for backward
+///   auto dx = fc.backward(exec, dy);                      // writes fc.weight().grad, bias grad
+///
+/// Prec is the compute precision (nn/precision.hpp): the weights are cast from the fp32 master
+/// at every forward; y and dx are in activation_t<Prec>. Every product is accumulated in fp32
+/// (tessera::gemm). backward OVERWRITES the parameter gradients (it does not accumulate): one
+/// backward per optimizer step needs no zero_grad.
+///
+/// forward returns a tensor in memory the layer owns and reuses: it stays valid until the next
+/// forward (backward's dx likewise until the next backward).
+
+#include <tessera/gemm/gemm.hpp>
+#include <tessera/nn/detail/common.hpp>
+
+#include <boost/hana/tuple.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::nn {
+
+template <index_t In, index_t Out, class Prec = fp32>
+class Linear {
+  static_assert(In >= 1 && Out >= 1,
+                "tessera::nn::Linear<In, Out>: both feature counts must be >= 1.");
+  static_assert(ComputePrecision<Prec>,
+                "tessera::nn::Linear: the compute precision must be "
+                "tessera::fp32, tessera::bf16 or tessera::nn::fp8<Recipe>.");
+  using M = detail::default_memory_space;
+
+public:
+  using compute_precision = Prec;
+  using activation_precision = activation_t<Prec>;
+  using weight_extents = extents<Out, In>;
+  using bias_extents = extents<Out>;
+  /// The input shape this layer fixes (Sequential starts from it when Linear comes first).
+  using input_extents = extents<dyn, In>;
+
+  /// True for inputs (B, In): what Sequential checks at compile time.
+  template <class InExt>
+  static constexpr bool accepts = InExt::rank == 2 &&
+                                  (InExt::static_extent(1) == In || InExt::static_extent(1) == dyn);
+  template <class InExt>
+  using output_extents = extents<dyn, Out>;
+
+  /// Parameters initialised as PyTorch does (kaiming_uniform a = sqrt(5), uniform bias with
+  /// bound 1/sqrt(In)), from the counter-based generator: the same seed gives the same layer.
+  explicit Linear(std::uint64_t seed = 0)
+      : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), y_("linear.y"),
+        dx_("linear.dx"), w_cast_("linear.w"), x_cast_("linear.x"), dy_cast_("linear.dy"),
+        acc_("linear.acc") {
+    reset_parameters(seed);
+  }
+
+  void reset_parameters(std::uint64_t seed) {
+    detail::init_uniform_fan_in(weight_.value, seed, 0, In);
+    detail::init_uniform_fan_in(bias_.value, seed, 1, In);
+  }
+
+  parameter<weight_extents>& weight() noexcept { return weight_; }
+  parameter<bias_extents>& bias() noexcept { return bias_; }
+  /// (weight, bias) as a boost::hana::tuple of handles (sharing the storage).
+  auto parameters() const { return boost::hana::make_tuple(weight_, bias_); }
+
+  /// y = x W^T + b. x: (B, In), any precision; kept (as the compute copy) for backward.
+  template <class Exec, class XP, class XE>
+  Tensor<activation_precision, extents<dyn, Out>, layout_right, M>
+  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x_in) {
+    static_assert(accepts<XE>, "tessera::nn::Linear::forward: the input must be (B, In).");
+    if (x_in.extent(1) != In)
+      throw shape_error("tessera::nn::Linear<" + std::to_string(In) + ", " + std::to_string(Out) +
+                        ">::forward: x has shape " + shape_string(x_in.extents()) +
+                        "; it must be (B, " + std::to_string(In) + ")");
+    const auto x = reshape<extents<dyn, In>>(x_in, x_in.extent(0));
+    const index_t B = x.extent(0);
+    w_ = w_cast_(exec, weight_.value);
+    x_ = x_cast_(exec, x);
+    auto y = y_.get(extents<dyn, Out>(B));
+    // The fp32 product goes straight into y when y is fp32, else through an fp32 scratch so
+    // that y is rounded once, after the bias.
+    auto acc = [&] {
+      if constexpr (std::is_same_v<activation_precision, fp32>) {
+        return y;
+      } else {
+        return acc_.get(extents<dyn, Out>(B));
+      }
+    }();
+    gemm(exec, x_.t, transpose(w_.t.view()), acc,
+         gemm_options{.alpha = x_.scale_inv * w_.scale_inv, .beta = 0.f});
+    const float* a = acc.data();
+    const float* b = bias_.value.data();
+    auto* out = y.data();
+    Kokkos::parallel_for(
+        "tessera::nn::Linear::forward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, B),
+        KOKKOS_LAMBDA(const index_t i) {
+          for (index_t j = 0; j < Out; ++j)
+            out[i * Out + j] = from_float<activation_precision>(a[i * Out + j] + b[j]);
+        });
+    exec.fence();
+    batch_ = B;
+    return y;
+  }
+
+  /// From dy = dL/dy (B, Out) of the last forward: writes dL/dW and dL/db into the parameters'
+  /// grad and returns dx = dL/dx (B, In) in activation_precision (an empty tensor when
+  /// need_dx is false, e.g. for a first layer).
+  template <class Exec, class DP, class DE>
+  Tensor<activation_precision, extents<dyn, In>, layout_right, M>
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true) {
+    static_assert(DE::rank == 2, "tessera::nn::Linear::backward: dy must be (B, Out).");
+    if (batch_ < 0) throw value_error("tessera::nn::Linear::backward: called before forward");
+    detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
+                            std::array<index_t, 2>{batch_, Out});
+    const auto dy = reshape<extents<dyn, Out>>(dy_in, batch_);
+    const index_t B = batch_;
+    const auto dq = dy_cast_(exec, dy);
+    // dW (Out, In) = dy^T (Out, B) x (B, In), fp32 into the gradient.
+    gemm(exec, transpose(dq.t.view()), x_.t, weight_.grad,
+         gemm_options{.alpha = dq.scale_inv * x_.scale_inv, .beta = 0.f});
+    // db (Out) = column sums of dy, from dy itself (bf16 or fp32, unscaled).
+    const auto* d = dy.data();
+    float* db = bias_.grad.data();
+    Kokkos::parallel_for(
+        "tessera::nn::Linear::backward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, Out),
+        KOKKOS_LAMBDA(const index_t j) {
+          float s = 0.f;
+          for (index_t i = 0; i < B; ++i) s += to_float(d[i * Out + j]);
+          db[j] = s;
+        });
+    exec.fence();
+    if (!need_dx) return {};
+    // dx (B, In) = dy (B, Out) W (Out, In).
+    auto dx = dx_.get(extents<dyn, In>(B));
+    gemm(exec, dq.t, w_.t, dx, gemm_options{.alpha = dq.scale_inv * w_.scale_inv, .beta = 0.f});
+    return dx;
+  }
+
+private:
+  using wop = typename detail::operand_precision<Prec, false>::type;
+  parameter<weight_extents> weight_;
+  parameter<bias_extents> bias_;
+  detail::buffer<activation_precision> y_, dx_;
+  detail::operand_caster<Prec, false> w_cast_, x_cast_;
+  detail::operand_caster<Prec, true> dy_cast_;
+  detail::buffer<fp32> acc_;
+  detail::operand<wop, weight_extents> w_;
+  detail::operand<wop, extents<dyn, In>> x_;
+  index_t batch_ = -1;
+};
+
+} // namespace tessera::nn

@@ -1,0 +1,108 @@
+#pragma once
+/// \file nn/loss.hpp
+/// nn::SoftmaxCrossEntropy: the mean over the batch of -log softmax(logits)[label], and its
+/// gradient, in one pass (torch.nn.CrossEntropyLoss with the default mean reduction).
+///
+///   tessera::nn::SoftmaxCrossEntropy loss;
+///   auto [l, dlogits] = loss.forward_backward(exec, logits, labels); // labels: Kokkos::View
+///   model.backward(exec, dlogits);
+///
+/// Numerically stable: each row is shifted by its maximum before exp, and log-sum-exp is
+/// formed from the shifted values, so no exp overflows and the loss of a confident correct
+/// prediction is not lost to cancellation. dlogits = (softmax(logits) - onehot(label)) *
+/// grad_scale / B, where grad_scale is a loss scale (1 unless a loss scaler asks for more); it
+/// has the logits' precision. All arithmetic is fp32 per row, the batch sum double.
+
+#include <tessera/nn/detail/common.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::nn {
+
+/// The loss (mean over the batch) and dL/dlogits (times the gradient scale).
+template <class P, class Ext>
+struct loss_result {
+  float loss;
+  Tensor<P, Ext> dlogits;
+};
+
+class SoftmaxCrossEntropy {
+  using M = detail::default_memory_space;
+
+public:
+  SoftmaxCrossEntropy() : d_("softmax_cross_entropy.dlogits") {}
+
+  /// logits (B, C) of any precision; labels a Kokkos::View of B integers in [0, C) in the same
+  /// memory space. Throws shape_error for B mismatches and value_error for a label out of range
+  /// (before writing anything).
+  template <class Exec, class P, class E, class Labels>
+  loss_result<P, E> forward_backward(const Exec& exec, const Tensor<P, E, layout_right, M>& logits,
+                                     const Labels& labels, float grad_scale = 1.f) {
+    auto d = d_.template get<P>(logits.extents());
+    const float l = run<true>(exec, logits, labels, grad_scale, d.data());
+    return {l, d};
+  }
+
+  /// The loss alone (for evaluation): nothing is written.
+  template <class Exec, class P, class E, class Labels>
+  float forward(const Exec& exec, const Tensor<P, E, layout_right, M>& logits,
+                const Labels& labels) {
+    return run<false>(exec, logits, labels, 1.f, static_cast<storage_t<P>*>(nullptr));
+  }
+
+private:
+  template <bool Grad, class Exec, class P, class E, class Labels>
+  static float run(const Exec& exec, const Tensor<P, E, layout_right, M>& logits,
+                   const Labels& labels, float grad_scale, storage_t<P>* dl) {
+    static_assert(E::rank == 2, "tessera::nn::SoftmaxCrossEntropy: logits must be (B, C).");
+    static_assert(Labels::rank == 1,
+                  "tessera::nn::SoftmaxCrossEntropy: labels must be a rank-1 Kokkos::View.");
+    const char* op = "tessera::nn::SoftmaxCrossEntropy";
+    const index_t B = logits.extent(0), C = logits.extent(1);
+    if (static_cast<index_t>(labels.extent(0)) != B)
+      throw shape_error(std::string(op) + ": logits " + shape_string(logits.extents()) + " but " +
+                        std::to_string(labels.extent(0)) + " labels; one label per row needed");
+    if (B == 0) throw shape_error(std::string(op) + ": an empty batch has no mean loss");
+    index_t bad = 0;
+    Kokkos::parallel_reduce(
+        "tessera::nn::SoftmaxCrossEntropy[check]", Kokkos::RangePolicy<Exec>(exec, 0, B),
+        KOKKOS_LAMBDA(const index_t i, index_t& n) {
+          const auto y = static_cast<index_t>(labels(i));
+          n += (y < 0 || y >= C) ? 1 : 0;
+        },
+        bad);
+    if (bad)
+      throw value_error(std::string(op) + ": " + std::to_string(bad) + " labels are outside [0, " +
+                        std::to_string(C) + ")");
+    const auto* in = logits.data();
+    const float g = grad_scale / static_cast<float>(B);
+    double total = 0;
+    Kokkos::parallel_reduce(
+        "tessera::nn::SoftmaxCrossEntropy", Kokkos::RangePolicy<Exec>(exec, 0, B),
+        KOKKOS_LAMBDA(const index_t i, double& sum) {
+          const auto* row = in + i * C;
+          float m = to_float(row[0]);
+          for (index_t j = 1; j < C; ++j) m = to_float(row[j]) > m ? to_float(row[j]) : m;
+          float s = 0.f;
+          for (index_t j = 0; j < C; ++j) s += detail::kmath::exp(to_float(row[j]) - m);
+          const auto y = static_cast<index_t>(labels(i));
+          // -log softmax_y = log sum exp(l - m) - (l_y - m)
+          sum += static_cast<double>(detail::kmath::log(s) - (to_float(row[y]) - m));
+          if constexpr (Grad) {
+            const float inv = 1.f / s;
+            for (index_t j = 0; j < C; ++j) {
+              const float p = detail::kmath::exp(to_float(row[j]) - m) * inv;
+              dl[i * C + j] = from_float<P>((p - (j == y ? 1.f : 0.f)) * g);
+            }
+          }
+        },
+        total);
+    exec.fence();
+    return static_cast<float>(total / static_cast<double>(B));
+  }
+
+  detail::any_buffer d_;
+};
+
+} // namespace tessera::nn

@@ -1,0 +1,112 @@
+#pragma once
+/// \file nn/pooling.hpp
+/// nn::MaxPool2d<K>: the maximum of each K x K window, stride K, no padding (PyTorch's
+/// nn.MaxPool2d(K)). x (B, C, H, W) -> y (B, C, H / K, W / K) (rounded down: the last rows and
+/// columns that do not fill a window are dropped), any precision (max is exact in every
+/// format). forward keeps the position of each maximum (one byte per output) for backward,
+/// which routes dy to it; the first maximum wins ties, as in PyTorch's CPU kernel.
+///
+///   tessera::nn::MaxPool2d<2> pool;
+///   auto y = pool.forward(exec, x);     // (B, C, H/2, W/2)
+///   auto dx = pool.backward(exec, dy);  // (B, C, H, W), dextents
+
+#include <tessera/nn/activation.hpp>
+
+namespace tessera::nn {
+
+template <index_t K>
+class MaxPool2d {
+  static_assert(K >= 1 && K <= 15,
+                "tessera::nn::MaxPool2d<K>: the window must be 1..15 (its positions are kept in "
+                "one byte).");
+  using M = detail::default_memory_space;
+  static constexpr index_t pooled(index_t e) { return e == dyn ? dyn : e / K; }
+
+public:
+  /// (B, C, H, W) with H, W >= K when they are static.
+  template <class InExt>
+  static constexpr bool accepts = InExt::rank == 4 &&
+                                  (InExt::static_extent(2) == dyn ||
+                                   InExt::static_extent(2) >= K) &&
+                                  (InExt::static_extent(3) == dyn || InExt::static_extent(3) >= K);
+  template <class InExt>
+  using output_extents = extents<dyn, InExt::static_extent(1), pooled(InExt::static_extent(2)),
+                                 pooled(InExt::static_extent(3))>;
+
+  explicit MaxPool2d(std::uint64_t /*seed*/ = 0)
+      : y_("maxpool.y"), dx_("maxpool.dx"), arg_("maxpool.argmax") {}
+  auto parameters() const { return boost::hana::make_tuple(); }
+
+  template <class Exec, class XP, class E>
+  Tensor<XP, output_extents<E>, layout_right, M> forward(const Exec& exec,
+                                                         const Tensor<XP, E, layout_right, M>& x) {
+    static_assert(E::rank == 4, "tessera::nn::MaxPool2d::forward: x must be (B, C, H, W).");
+    const index_t B = x.extent(0), C = x.extent(1), H = x.extent(2), W = x.extent(3);
+    if (H < K || W < K)
+      throw shape_error("tessera::nn::MaxPool2d<" + std::to_string(K) + ">::forward: x has shape " +
+                        shape_string(x.extents()) + "; H and W must be >= " + std::to_string(K));
+    const index_t P = H / K, Q = W / K;
+    auto y = y_.template get<XP>(output_extents<E>::from_all({B, C, P, Q}));
+    const auto* in = x.data();
+    auto* out = y.data();
+    auto* arg = arg_.get(B * C * P * Q);
+    // One work item per output row (b, c, p).
+    Kokkos::parallel_for(
+        "tessera::nn::MaxPool2d::forward", Kokkos::RangePolicy<Exec>(exec, 0, B * C * P),
+        KOKKOS_LAMBDA(const index_t r) {
+          const index_t bc = r / P, p = r % P;
+          const auto* plane = in + bc * H * W;
+          for (index_t q = 0; q < Q; ++q) {
+            float best = to_float(plane[(p * K) * W + q * K]);
+            index_t at = 0;
+            for (index_t dh = 0; dh < K; ++dh)
+              for (index_t dw = 0; dw < K; ++dw) {
+                const float v = to_float(plane[(p * K + dh) * W + q * K + dw]);
+                // NaN propagates (as PyTorch's): a NaN is taken and then never replaced.
+                if (v > best || (v != v && best == best)) best = v, at = dh * K + dw;
+              }
+            out[r * Q + q] = from_float<XP>(best);
+            arg[r * Q + q] = static_cast<std::uint8_t>(at);
+          }
+        });
+    exec.fence();
+    in_ = {B, C, H, W};
+    out_shape_.save(y.extents());
+    return y;
+  }
+
+  /// dx (B, C, H, W) of the last forward's input: dy at each window's maximum, 0 elsewhere.
+  template <class Exec, class DP, class DE>
+  Tensor<DP, dextents<4>, layout_right, M>
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
+    detail::require_saved_like("tessera::nn::MaxPool2d::backward", dy, out_shape_);
+    if (!need_dx) return {};
+    const index_t H = in_[2], W = in_[3], P = out_shape_.dims[2], Q = out_shape_.dims[3];
+    auto dx = dx_.template get<DP>(dextents<4>(in_[0], in_[1], H, W));
+    const auto* d = dy.data();
+    auto* out = dx.data();
+    const auto* arg = arg_.data();
+    // One work item per input row (b, c, h): every element is written once, no zeroing pass.
+    Kokkos::parallel_for(
+        "tessera::nn::MaxPool2d::backward", Kokkos::RangePolicy<Exec>(exec, 0, in_[0] * in_[1] * H),
+        KOKKOS_LAMBDA(const index_t r) {
+          const index_t bc = r / H, h = r % H, p = h / K, dh = h % K;
+          auto* row = out + r * W;
+          for (index_t w = 0; w < W; ++w) {
+            const index_t q = w / K, o = (bc * P + p) * Q + q;
+            const bool hit = p < P && q < Q && arg[o] == static_cast<std::uint8_t>(dh * K + w % K);
+            row[w] = hit ? d[o] : from_float<DP>(0.f);
+          }
+        });
+    exec.fence();
+    return dx;
+  }
+
+private:
+  detail::any_buffer y_, dx_;
+  detail::raw_buffer<std::uint8_t> arg_;
+  std::array<index_t, 4> in_{};
+  detail::saved_shape out_shape_;
+};
+
+} // namespace tessera::nn

@@ -1,0 +1,215 @@
+#pragma once
+/// \file nn/sequential.hpp
+/// nn::Sequential<Layers...>: layers applied in order, a compile-time list (a boost::hana
+/// tuple). When the first layer fixes the input shape (nn::Input<Dims...> or nn::Linear), the
+/// static shapes are checked layer to layer when the model type is instantiated; otherwise at
+/// the first forward, from the input's type. A mismatch is a static_assert in
+/// detail::sequential_link<I, Previous, Next, Shape>, whose template arguments (printed by the
+/// compiler with the assertion) name the index, both layers and the shape that did not fit.
+///
+///   using Model = tessera::nn::Sequential<tessera::nn::Input<784>,
+///                                         tessera::nn::Linear<784, 128>, tessera::nn::ReLU,
+///                                         tessera::nn::Linear<128, 10>>;
+///   Model model(/*seed=*/42);                  // layer i initialised from (42, i)
+///   auto logits = model.forward(exec, x);      // (B, 10), batch size dynamic
+///   model.backward(exec, dlogits);             // every parameter's grad written (overwritten)
+///   boost::hana::for_each(model.parameters(), [](auto& p) { /* "1.weight", "1.bias", ... */ });
+///
+/// Layers keep what their backward needs (inputs of Linear/Conv2d in compute precision, ReLU
+/// masks, pooling positions) and nothing else; backward skips the input gradient of the first
+/// layer with parameters (nothing before it needs it).
+
+#include <tessera/nn/detail/common.hpp>
+
+#include <boost/hana/at.hpp>
+#include <boost/hana/flatten.hpp>
+#include <boost/hana/length.hpp>
+#include <boost/hana/transform.hpp>
+#include <boost/hana/tuple.hpp>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace tessera::nn {
+
+namespace detail {
+
+/// Checked for each pair of consecutive layers: Next must accept Shape, the output shape of
+/// Previous (layer I - 1; for I == 0, Previous is void and Shape the model input's shape).
+template <std::size_t I, class Previous, class Next, class Shape>
+struct sequential_link {
+  static constexpr bool ok = Next::template accepts<Shape>;
+  static_assert(ok, "tessera::nn::Sequential: layer I does not accept the output shape of layer "
+                    "I - 1 (sequential_link<I, layer I - 1, layer I, layer I - 1's output shape>, "
+                    "in the instantiation above, names both layers and the shape).");
+};
+
+template <bool Ok, class L, class Shape>
+struct next_shape {
+  using type = void; // stop after the first mismatch: one error, not a cascade
+};
+template <class L, class Shape>
+struct next_shape<true, L, Shape> {
+  using type = typename L::template output_extents<Shape>;
+};
+
+/// The shape after the layers, checking each link; void after a mismatch.
+template <std::size_t I, class Previous, class Shape, class... Ls>
+struct shape_chain {
+  using type = Shape;
+};
+template <std::size_t I, class Previous, class Next, class... Rest>
+struct shape_chain<I, Previous, void, Next, Rest...> {
+  using type = void;
+};
+template <std::size_t I, class Previous, class Shape, class Next, class... Rest>
+requires(!std::is_void_v<Shape>) struct shape_chain<I, Previous, Shape, Next, Rest...> {
+  static constexpr bool ok = sequential_link<I, Previous, Next, Shape>::ok;
+  using type =
+      typename shape_chain<I + 1, Next, typename next_shape<ok, Next, Shape>::type, Rest...>::type;
+};
+
+template <class L>
+concept fixes_input = requires {
+  typename L::input_extents;
+};
+
+template <class L>
+inline constexpr bool has_parameters =
+    decltype(boost::hana::length(std::declval<const L&>().parameters()))::value > 0;
+
+template <class L>
+constexpr bool is_input_layer() {
+  if constexpr (requires { L::is_input; }) {
+    return L::is_input;
+  } else {
+    return false;
+  }
+}
+
+template <class First, class... Rest>
+struct first_of {
+  using type = First;
+};
+
+/// True unless the first layer fixes the input shape and the chain from it breaks.
+template <class... Ls>
+struct static_shape_check {
+  static constexpr bool value = true;
+};
+template <class First, class... Rest>
+requires fixes_input<First>
+struct static_shape_check<First, Rest...> {
+  static constexpr bool value = !std::is_void_v<
+      typename shape_chain<0, void, typename First::input_extents, First, Rest...>::type>;
+};
+
+} // namespace detail
+
+template <class... Layers>
+class Sequential {
+  static_assert(sizeof...(Layers) >= 1, "tessera::nn::Sequential: give at least one layer.");
+  static constexpr std::size_t N = sizeof...(Layers);
+  using first_layer = typename detail::first_of<Layers...>::type;
+
+  template <class Shape>
+  using chain_t = typename detail::shape_chain<0, void, Shape, Layers...>::type;
+
+  // Instantiating the model type runs the layer-to-layer checks when the input is fixed.
+  static_assert(detail::static_shape_check<Layers...>::value,
+                "tessera::nn::Sequential: the layers' static shapes do not fit (see the "
+                "sequential_link error above).");
+
+public:
+  /// The model's output shape for inputs of shape InExt (void if a layer does not fit).
+  template <class InExt>
+  using output_extents = chain_t<InExt>;
+
+  /// Layer i gets the seed counter_rng{seed, i}.bits(0): a seed fixes the whole model.
+  explicit Sequential(std::uint64_t seed = 0)
+      : Sequential(seed, std::make_index_sequence<sizeof...(Layers)>{}) {}
+
+  /// Layer I (a reference into the model).
+  template <std::size_t I>
+  auto& layer() noexcept {
+    return boost::hana::at_c<I>(layers_);
+  }
+  template <std::size_t I>
+  const auto& layer() const noexcept {
+    return boost::hana::at_c<I>(layers_);
+  }
+  static constexpr std::size_t size() noexcept { return N; }
+
+  /// Every parameter of every layer, in order, as a boost::hana::tuple of handles named
+  /// "<layer index>.<name>" ("0.weight", "0.bias", "3.weight", ...).
+  auto parameters() const { return parameters_impl(std::make_index_sequence<N>{}); }
+
+  /// The layers' forwards in order; returns the last layer's output (owned by that layer).
+  template <class Exec, class X>
+  auto forward(const Exec& exec, const X& x) {
+    using out = chain_t<typename X::extents_type>;
+    static_assert(!std::is_void_v<out>,
+                  "tessera::nn::Sequential::forward: the input does not fit the layers (see the "
+                  "sequential_link error above).");
+    if constexpr (std::is_void_v<out>) {
+      return;
+    } else {
+      return forward_from<0>(exec, x);
+    }
+  }
+
+  /// The layers' backwards in reverse order from dy = dL/d(output) of the last forward; every
+  /// parameter's grad is overwritten. Returns dL/d(input) if need_input_grad, else an empty
+  /// tensor.
+  template <class Exec, class DY>
+  auto backward(const Exec& exec, const DY& dy, bool need_input_grad = false) {
+    return backward_from<N - 1>(exec, dy, need_input_grad);
+  }
+
+private:
+  template <std::size_t... I>
+  Sequential(std::uint64_t seed, std::index_sequence<I...>)
+      : layers_(Layers(counter_rng{seed, I}.bits(0))...) {}
+
+  template <std::size_t... I>
+  auto parameters_impl(std::index_sequence<I...>) const {
+    return boost::hana::flatten(boost::hana::make_tuple(
+        boost::hana::transform(boost::hana::at_c<I>(layers_).parameters(), [](auto p) {
+          p.name = std::to_string(I) + "." + p.name;
+          return p;
+        })...));
+  }
+
+  template <std::size_t I, class Exec, class X>
+  auto forward_from(const Exec& exec, const X& x) {
+    if constexpr (I + 1 == N) {
+      return boost::hana::at_c<I>(layers_).forward(exec, x);
+    } else {
+      return forward_from<I + 1>(exec, boost::hana::at_c<I>(layers_).forward(exec, x));
+    }
+  }
+
+  /// True if a layer before I has parameters (then layer I must produce its input gradient).
+  template <std::size_t I, std::size_t... J>
+  static constexpr bool params_before(std::index_sequence<J...>) {
+    return (detail::has_parameters<std::tuple_element_t<J, std::tuple<Layers...>>> || ... || false);
+  }
+
+  template <std::size_t I, class Exec, class DY>
+  auto backward_from(const Exec& exec, const DY& dy, bool need_input_grad) {
+    constexpr bool before = params_before<I>(std::make_index_sequence<I>{});
+    auto dx = boost::hana::at_c<I>(layers_).backward(exec, dy, before || need_input_grad);
+    if constexpr (I == 0) {
+      return dx;
+    } else {
+      return backward_from<I - 1>(exec, dx, need_input_grad);
+    }
+  }
+
+  boost::hana::tuple<Layers...> layers_;
+};
+
+} // namespace tessera::nn

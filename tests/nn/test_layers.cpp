@@ -1,0 +1,131 @@
+// nn::Linear and nn::Conv2d (fp32): finite-difference gradient checks of dx, dW and db on
+// random inputs over several static shapes and random batch / image sizes; PyTorch's default
+// initialisation bounds and seed determinism. Tolerances: nn_testing.hpp.
+#include "nn_testing.hpp"
+
+using namespace tessera;          // NOLINT: test file
+using namespace tessera::testing; // NOLINT
+
+namespace {
+
+const Kokkos::DefaultExecutionSpace exec;
+
+template <index_t In, index_t Out>
+void linear_gradients(index_t B, std::uint64_t seed) {
+  INFO("Linear<" << In << ", " << Out << ">, batch " << B << ", seed " << seed);
+  nn::Linear<In, Out> fc(seed);
+  auto x = tensor_from<fp32>(uniform_values(static_cast<std::size_t>(B * In), seed + 1),
+                             extents<dyn, In>(B)); // (B, In)
+  const auto y = fc.forward(exec, x);              // (B, Out)
+  REQUIRE(y.extent(0) == B);
+  const auto r = uniform_values(static_cast<std::size_t>(B * Out), seed + 2);
+  const auto dx = to_host(fc.backward(exec, tensor_from<fp32>(r, y.extents())));
+  const auto dw = to_host(fc.weight().grad), db = to_host(fc.bias().grad);
+  const auto loss = [&] { return dot(fc.forward(exec, x), r); };
+  // L is linear in each coordinate: a large step keeps the rounding noise small.
+  const float h = 0.125f;
+  const double wmax = 1.0 / std::sqrt(double(In)) + h, k = In + 1;
+  const double A = In * (1.0 + h) * wmax + wmax; // bound on sum |terms| of one output
+  const auto noise = [&](double changed) { return 2 * changed * k * u32 * A / (2 * h); };
+  check_tensor_gradient("dx", x, dx, loss, h, noise(Out), seed + 3);
+  check_tensor_gradient("dW", fc.weight().value, dw, loss, h, noise(B), seed + 4);
+  check_tensor_gradient("db", fc.bias().value, db, loss, h, noise(B), seed + 5);
+}
+
+template <index_t C, index_t K, index_t R, nn::conv_options O>
+void conv_gradients(index_t B, index_t H, index_t W, std::uint64_t seed) {
+  INFO("Conv2d<" << C << ", " << K << ", " << R << ", stride " << O.stride << " pad " << O.pad
+                 << " dilation " << O.dilation << " groups " << O.groups << ">, x (" << B << ", "
+                 << C << ", " << H << ", " << W << "), seed " << seed);
+  nn::Conv2d<C, K, R, O> conv(seed);
+  auto x = tensor_from<fp32>(uniform_values(static_cast<std::size_t>(B * C * H * W), seed + 1),
+                             dextents<4>(B, C, H, W));
+  const auto y = conv.forward(exec, x); // (B, K, P, Q)
+  const auto r = uniform_values(static_cast<std::size_t>(y.size()), seed + 2);
+  const auto dx = to_host(conv.backward(exec, tensor_from<fp32>(r, y.extents())));
+  const auto dw = to_host(conv.weight().grad), db = to_host(conv.bias().grad);
+  const auto loss = [&] { return dot(conv.forward(exec, x), r); };
+  const float h = 0.125f;
+  const double fan = double(C / O.groups * R * R), k = fan + 1;
+  const double wmax = 1.0 / std::sqrt(fan) + h, A = fan * (1.0 + h) * wmax + wmax;
+  const double pixels = double(B * y.extent(2) * y.extent(3));
+  const auto noise = [&](double changed) { return 2 * changed * k * u32 * A / (2 * h); };
+  check_tensor_gradient("dx", x, dx, loss, h, noise(double(K * R * R)), seed + 3);
+  check_tensor_gradient("dW", conv.weight().value, dw, loss, h, noise(pixels), seed + 4);
+  check_tensor_gradient("db", conv.bias().value, db, loss, h, noise(pixels), seed + 5);
+}
+
+} // namespace
+
+TEST_CASE("nn::Linear fp32: gradients match finite differences", "[nn][linear]") {
+  std::mt19937_64 g(11);
+  const index_t batches[] = {1, 2, 5, 17, 64};
+  for (int rep = 0; rep < 3; ++rep) {
+    const index_t B = batches[g() % 5];
+    const auto s = g() % 100000;
+    linear_gradients<1, 1>(B, s);
+    linear_gradients<7, 3>(B, s + 10);
+    linear_gradients<13, 29>(B, s + 20);
+    linear_gradients<128, 10>(B, s + 30);
+  }
+}
+
+TEST_CASE("nn::Conv2d fp32: gradients match finite differences", "[nn][conv]") {
+  std::mt19937_64 g(12);
+  for (int rep = 0; rep < 3; ++rep) {
+    const index_t B = 1 + index_t(g() % 3), H = 3 + index_t(g() % 9), W = 3 + index_t(g() % 9);
+    const auto s = g() % 100000;
+    conv_gradients<1, 4, 3, nn::conv_options{.pad = 1}>(B, H, W, s);
+    conv_gradients<3, 5, 3, nn::conv_options{.stride = 2}>(B, H, W, s + 10);
+    conv_gradients<4, 6, 2, nn::conv_options{.pad = 1, .dilation = 2, .groups = 2}>(B, H, W,
+                                                                                    s + 20);
+    conv_gradients<2, 3, 1, nn::conv_options{}>(B, H, W, s + 30);
+  }
+}
+
+TEST_CASE("nn layers: PyTorch default init bounds, seed determinism", "[nn][init]") {
+  const auto check = [](const auto& p, double bound) {
+    const auto v = to_doubles(p.value);
+    double lo = 1, hi = -1, mean = 0;
+    for (double e : v) lo = std::min(lo, e), hi = std::max(hi, e), mean += e;
+    mean /= double(v.size());
+    INFO(p.name << ": min " << lo << " max " << hi << " mean " << mean << ", bound " << bound);
+    CHECK(lo >= -bound);
+    CHECK(hi <= bound);
+    // Uniform on [-bound, bound]: with n samples the extremes are within ~ 2 bound / n * 10 of
+    // the ends (probability of failing ~ e^-10), and the mean within 5 sigma = 5 bound /
+    // sqrt(3 n).
+    const double n = double(v.size());
+    CHECK(hi > bound * (1 - 20 / n));
+    CHECK(lo < -bound * (1 - 20 / n));
+    CHECK(std::abs(mean) < 5 * bound / std::sqrt(3 * n));
+  };
+  nn::Linear<100, 50> fc(7);
+  check(fc.weight(), 0.1); // 1 / sqrt(100)
+  nn::Conv2d<3, 64, 5> conv(7);
+  check(conv.weight(), 1 / std::sqrt(75.0)); // fan_in = 3 * 5 * 5
+
+  nn::Linear<100, 50> same(7), other(8);
+  CHECK(to_doubles(same.weight().value) == to_doubles(fc.weight().value));
+  CHECK(to_doubles(same.bias().value) == to_doubles(fc.bias().value));
+  CHECK(to_doubles(other.weight().value) != to_doubles(fc.weight().value));
+  // Weight and bias come from different streams: the bias is not the weight's first row.
+  const auto w = to_doubles(fc.weight().value), b = to_doubles(fc.bias().value);
+  CHECK(std::vector<double>(w.begin(), w.begin() + 50) != b);
+}
+
+TEST_CASE("nn::Linear / Conv2d: wrong shapes throw before writing", "[nn][errors]") {
+  nn::Linear<4, 3> fc(1);
+  Tensor<fp32, dextents<2>> bad("bad", 2, 5);
+  CHECK_THROWS_AS(fc.forward(exec, bad), shape_error);
+  CHECK_THROWS_AS(fc.backward(exec, Tensor<fp32, extents<dyn, 3>>("dy", 2)), value_error);
+  Tensor<fp32, extents<dyn, 4>> x("x", 2);
+  fc.forward(exec, x);
+  const auto before = to_doubles(fc.weight().grad);
+  CHECK_THROWS_AS(fc.backward(exec, Tensor<fp32, extents<dyn, 3>>("dy", 3)), shape_error);
+  CHECK(to_doubles(fc.weight().grad) == before);
+
+  nn::Conv2d<2, 3, 3> conv(1);
+  CHECK_THROWS_AS(conv.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 3, 5, 5)), shape_error);
+  CHECK_THROWS_AS(conv.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 2, 2, 5)), shape_error);
+}
