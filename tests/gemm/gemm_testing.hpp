@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace tessera::testing {
@@ -27,30 +28,70 @@ using host_space = Kokkos::HostSpace;
 // ---------------------------------------------------------------------------------------------
 // Configurations: each test is written once and instantiated over these.
 
-/// The algorithm a test runs: the default dispatch of tessera::gemm.
-struct algo_default {
-  static constexpr const char* name = "default";
-  template <class Exec, class A, class B, class C, class O>
-  static void run(const Exec& exec, const A& a, const B& b, const C& c, const O& opts) {
-    tessera::gemm(exec, a, b, c, opts);
-  }
-};
+/// A name for each algorithm tag (for failure messages).
+template <class Tag>
+constexpr const char* algo_name() {
+  if constexpr (std::is_same_v<Tag, gemm_algo::automatic>)
+    return "automatic";
+  else if constexpr (std::is_same_v<Tag, gemm_algo::host_packed>)
+    return "host_packed";
+  else if constexpr (std::is_same_v<Tag, gemm_algo::portable>)
+    return "portable";
+  else if constexpr (std::is_same_v<Tag, gemm_algo::direct>)
+    return "direct";
+  else
+    return "reference";
+}
 
-/// One execution space and one algorithm.
+/// One execution space and one algorithm tag: run() and run_batched() call tessera::gemm and
+/// tessera::gemm_batched with that tag on a default instance of the space, and return what they
+/// return (the amax of a scaled output).
 template <class Exec, class Algo>
 struct gemm_config {
   using exec_space = Exec;
   using algo = Algo;
-  static std::string name() { return std::string(Exec::name()) + "/" + Algo::name; }
-  template <class A, class B, class C, class O>
-  static void run(const A& a, const B& b, const C& c, const O& opts) {
-    Algo::run(Exec{}, a, b, c, opts);
+  static std::string name() { return std::string(Exec::name()) + "/" + algo_name<Algo>(); }
+  template <class A, class B, class C, class O = gemm_options>
+  static float run(const A& a, const B& b, const C& c, const O& opts = {}) {
+    return tessera::gemm(Algo{}, Exec{}, a, b, c, opts);
+  }
+  template <class A, class B, class C, class O = gemm_options>
+  static float run_batched(const A& a, const B& b, const C& c, const O& opts = {}) {
+    return tessera::gemm_batched(Algo{}, Exec{}, a, b, c, opts);
   }
 };
 
-/// Both Kokkos host backends x every algorithm.
-using all_configs = std::tuple<gemm_config<Kokkos::Serial, algo_default>,
-                               gemm_config<Kokkos::OpenMP, algo_default>>;
+/// Both Kokkos host backends x the algorithms that matter on a host: automatic (what users
+/// get), host_packed forced (also on the small sizes automatic would send to direct) and
+/// portable (the any-space algorithm, tested here on the host).
+using main_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::automatic>,
+                                gemm_config<Kokkos::OpenMP, gemm_algo::automatic>,
+                                gemm_config<Kokkos::Serial, gemm_algo::host_packed>,
+                                gemm_config<Kokkos::OpenMP, gemm_algo::host_packed>,
+                                gemm_config<Kokkos::Serial, gemm_algo::portable>,
+                                gemm_config<Kokkos::OpenMP, gemm_algo::portable>>;
+
+/// main_configs plus direct forced (also on large sizes) and the reference baseline, on the
+/// threaded backend.
+using all_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::automatic>,
+                               gemm_config<Kokkos::OpenMP, gemm_algo::automatic>,
+                               gemm_config<Kokkos::Serial, gemm_algo::host_packed>,
+                               gemm_config<Kokkos::OpenMP, gemm_algo::host_packed>,
+                               gemm_config<Kokkos::Serial, gemm_algo::portable>,
+                               gemm_config<Kokkos::OpenMP, gemm_algo::portable>,
+                               gemm_config<Kokkos::OpenMP, gemm_algo::direct>,
+                               gemm_config<Kokkos::OpenMP, gemm_algo::reference>>;
+
+/// The host algorithms (automatic, host_packed, direct) and the portable one, separately: the
+/// low-precision tests instantiate 16 precision pairs per configuration, so they are split into
+/// one program per group to keep each translation unit's build time modest.
+using host_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::automatic>,
+                                gemm_config<Kokkos::OpenMP, gemm_algo::automatic>,
+                                gemm_config<Kokkos::Serial, gemm_algo::host_packed>,
+                                gemm_config<Kokkos::OpenMP, gemm_algo::host_packed>,
+                                gemm_config<Kokkos::OpenMP, gemm_algo::direct>>;
+using portable_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::portable>,
+                                    gemm_config<Kokkos::OpenMP, gemm_algo::portable>>;
 
 // ---------------------------------------------------------------------------------------------
 // Matrices.

@@ -5,7 +5,18 @@
 // the kernel multiplies; accumulation is fp32, so the bound is the fp32 one of
 // tests/support/tolerance.hpp (gamma_{K+5} * sum |terms|), plus bf16's output rounding for a
 // bf16 C.
+//
+// This source builds two programs (tests/gemm/CMakeLists.txt): TESSERA_TEST_GROUP=host runs the
+// host algorithms (host_configs), =portable the portable one (portable_configs); the 16 pairs
+// per configuration would make one program slow to build.
 #include "gemm_testing.hpp"
+
+#define TESSERA_TEST_CAT2(a, b) a##b
+#define TESSERA_TEST_CAT(a, b) TESSERA_TEST_CAT2(a, b)
+#define TESSERA_TEST_STR2(x) #x
+#define TESSERA_TEST_STR(x) TESSERA_TEST_STR2(x)
+#define TESSERA_TEST_CONFIGS TESSERA_TEST_CAT(TESSERA_TEST_GROUP, _configs)
+#define TESSERA_TEST_NAME(text) "gemm " TESSERA_TEST_STR(TESSERA_TEST_GROUP) ": " text
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -28,8 +39,8 @@ constexpr lowp_shape lowp_shapes[] = {{33, 17, 65, false, false},   {64, 63, 127
 constexpr float lo = -2.f, hi = 2.f;
 } // namespace
 
-TEMPLATE_LIST_TEST_CASE("gemm: all 16 precision pairs of A x B into fp32 C", "[gemm][lowp]",
-                        all_configs) {
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("all 16 precision pairs of A x B into fp32 C"),
+                        "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   std::uint64_t seed = base_seed;
   index_t failures = 0;
   for_each_precision_pair([&]<class Pair>(Pair) {
@@ -46,8 +57,8 @@ TEMPLATE_LIST_TEST_CASE("gemm: all 16 precision pairs of A x B into fp32 C", "[g
   CHECK(failures == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("gemm: bf16 C from fp32, bf16 and fp8 operands", "[gemm][lowp]",
-                        all_configs) {
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 C from fp32, bf16 and fp8 operands"),
+                        "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   // One rounding to bf16 at the store on top of the fp32 bound; beta != 0 reads the old bf16 C.
   std::uint64_t seed = base_seed + 100;
   index_t failures = 0;
@@ -66,8 +77,9 @@ TEMPLATE_LIST_TEST_CASE("gemm: bf16 C from fp32, bf16 and fp8 operands", "[gemm]
   CHECK(failures == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("gemm: low-precision results are bit-identical on repeated calls",
-                        "[gemm][lowp]", all_configs) {
+TEMPLATE_LIST_TEST_CASE(
+    TESSERA_TEST_NAME("low-precision results are bit-identical on repeated calls"), "[gemm][lowp]",
+    TESSERA_TEST_CONFIGS) {
   const auto twice = [&]<class PA, class PB>(PA, PB, std::uint64_t seed) {
     const index_t m = 200, n = 129, k = 513;
     const auto a = make_matrix<PA>(m, k, {}, seed, lo, hi);
