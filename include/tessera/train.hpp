@@ -1,5 +1,11 @@
 #pragma once
 /// \file train.hpp
-/// Entry header of train/: mixed-precision training machinery — fp8 scaling recipes.
+/// Entry header of train/: mixed-precision training machinery — optimizers with fp32 state
+/// (sgd, adamw), loss scaling (static_scaler, dynamic_scaler<Policy>), the scaled step
+/// (train::step), fp8 scaling recipes (fp8_meta<current_scaling | delayed_scaling>, hybrid).
 
+#include <tessera/train/adamw.hpp>
 #include <tessera/train/fp8_recipe.hpp>
+#include <tessera/train/loss_scaler.hpp>
+#include <tessera/train/sgd.hpp>
+#include <tessera/train/step.hpp>

@@ -1,0 +1,109 @@
+#pragma once
+/// \file train/adamw.hpp
+/// AdamW (Loshchilov & Hutter, "Decoupled weight decay regularization", ICLR 2019) with
+/// PyTorch's torch.optim.AdamW semantics: bias-corrected moments and weight decay applied to
+/// the weights, not added to the gradient. One fused kernel per parameter.
+///
+///   tessera::train::adamw opt{.lr = 1e-3f, .weight_decay = 0.01f};
+///   opt.step(exec, model.parameters());
+///
+/// At step t = 1, 2, ... per element (fp32 state m, v; scalar factors computed on the host in
+/// double and rounded to float once, as PyTorch does):
+///
+///     w = w * (1 - lr * weight_decay)
+///     m = beta1 * m + (1 - beta1) * g
+///     v = beta2 * v + (1 - beta2) * g * g
+///     w = w - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+///
+/// State (created at the first step, zero): m and v per parameter, and the step counter t.
+
+#include <tessera/train/detail/optimizer_state.hpp>
+
+#include <cmath>
+#include <string>
+
+namespace tessera::train {
+
+/// AdamW over parameters in MemorySpace; `train::adamw` is the one for the default space.
+/// An aggregate: set the hyper-parameters with designated initializers, in this order.
+/// Defaults are PyTorch's (lr 1e-3, betas 0.9 / 0.999, eps 1e-8, weight decay 1e-2).
+template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct basic_adamw {
+  float lr = 1e-3f;           ///< learning rate (>= 0)
+  float beta1 = 0.9f;         ///< decay of the first moment, in [0, 1)
+  float beta2 = 0.999f;       ///< decay of the second moment, in [0, 1)
+  float eps = 1e-8f;          ///< added to the denominator (>= 0)
+  float weight_decay = 1e-2f; ///< decoupled weight decay (>= 0)
+
+  /// Optimizer state: step counter, first and second moments. Read by checkpoints; not to be
+  /// modified by hand.
+  detail::optimizer_state<MemorySpace, 2> state{};
+
+  static constexpr const char* kind = "adamw";
+  static constexpr std::array<const char*, 2> slot_names = {"exp_avg", "exp_avg_sq"};
+
+  /// Completed steps.
+  std::int64_t steps() const noexcept { return state.step; }
+
+  /// One update of every parameter: one kernel per parameter on exec, then one fence. Throws
+  /// value_error for invalid hyper-parameters and shape_error if params are not the parameters
+  /// of the first step, changing nothing.
+  template <class Exec, class Params>
+  void step(const Exec& exec, const Params& params) {
+    detail::require_accessible<Exec, MemorySpace>();
+    check_hyperparameters();
+    state.bind("tessera::train::adamw::step", params);
+    state.ensure_slot(0, slot_names[0]);
+    state.ensure_slot(1, slot_names[1]);
+    const double t = static_cast<double>(state.step + 1);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
+    const float decay = static_cast<float>(1.0 - static_cast<double>(lr) * weight_decay);
+    const float step_size = static_cast<float>(lr / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float b1 = beta1, b2 = beta2, one_b1 = 1.f - beta1, one_b2 = 1.f - beta2, e = eps;
+    detail::for_each_parameter(params, [&](const auto& p, std::size_t k) {
+      static_assert(Kokkos::SpaceAccessibility<
+                        Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
+                    "tessera::train::adamw::step: the execution space cannot access the "
+                    "parameters' memory space.");
+      float* w = p.value.data();
+      const float* gr = p.grad.data();
+      float* m = state.slots[0][k].data();
+      float* v = state.slots[1][k].data();
+      Kokkos::parallel_for(
+          "tessera::train::adamw", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
+          KOKKOS_LAMBDA(const index_t i) {
+            const float g = gr[i];
+            const float mi = b1 * m[i] + one_b1 * g;
+            const float vi = b2 * v[i] + one_b2 * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            const float denom = ::sqrtf(vi) / bc2_sqrt + e;
+            w[i] = w[i] * decay - step_size * mi / denom;
+          });
+    });
+    exec.fence();
+    ++state.step;
+  }
+
+private:
+  void check_hyperparameters() const {
+    const auto bad = [](const std::string& what) {
+      throw value_error("tessera::train::adamw::step: " + what);
+    };
+    if (!(lr >= 0.f)) bad("lr must be >= 0, got " + std::to_string(lr));
+    if (!(beta1 >= 0.f && beta1 < 1.f))
+      bad("beta1 must be in [0, 1), got " + std::to_string(beta1));
+    if (!(beta2 >= 0.f && beta2 < 1.f))
+      bad("beta2 must be in [0, 1), got " + std::to_string(beta2));
+    if (!(eps >= 0.f)) bad("eps must be >= 0, got " + std::to_string(eps));
+    if (!(weight_decay >= 0.f))
+      bad("weight_decay must be >= 0, got " + std::to_string(weight_decay));
+  }
+};
+
+/// AdamW on the default execution space's memory space.
+using adamw = basic_adamw<>;
+
+} // namespace tessera::train

@@ -1,0 +1,134 @@
+#pragma once
+/// \file train/detail/optimizer_state.hpp
+/// The state every optimizer keeps: a step counter and, per parameter, a fixed number of fp32
+/// buffers ("slots": SGD's momentum buffer, AdamW's first and second moments) of the
+/// parameter's size. Private: reached through an optimizer's `state` member.
+
+#include <tessera/config/error.hpp>
+#include <tessera/nn/parameter.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <boost/hana/for_each.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace tessera::train::detail {
+
+/// Calls f(p, k) for the k-th parameter of a Hana sequence of nn::parameter handles, checking
+/// at compile time that every element is one.
+template <class Params, class F>
+void for_each_parameter(const Params& params, F&& f) {
+  std::size_t k = 0;
+  boost::hana::for_each(params, [&](const auto& p) {
+    static_assert(nn::Parameter<decltype(p)>,
+                  "tessera::train: every element of the parameter sequence must be a "
+                  "tessera::nn::parameter (what a model's parameters() returns).");
+    f(p, k);
+    ++k;
+  });
+}
+
+template <class Params>
+std::size_t count_parameters(const Params& params) {
+  std::size_t n = 0;
+  for_each_parameter(params, [&](const auto&, std::size_t) { ++n; });
+  return n;
+}
+
+/// Throws value_error if two parameters share a name (checkpoints address them by name).
+template <class Params>
+void require_unique_names(const char* who, const Params& params) {
+  std::vector<std::string> names;
+  for_each_parameter(params, [&](const auto& p, std::size_t) {
+    for (const auto& n : names)
+      if (n == p.name)
+        throw value_error(std::string(who) + ": two parameters are named '" + p.name +
+                          "'; parameter names must be unique");
+    names.push_back(p.name);
+  });
+}
+
+template <class MemorySpace, std::size_t Slots>
+struct optimizer_state {
+  using memory_space = MemorySpace;
+  using buffer_type = Kokkos::View<float*, MemorySpace>;
+  static constexpr std::size_t slot_count = Slots;
+
+  std::int64_t step = 0; ///< completed (not skipped) steps
+  bool created = false;  ///< names and sizes recorded (at the first step or a checkpoint load)
+  std::vector<std::string> names; ///< parameter names, in the order of the sequence
+  std::vector<index_t> sizes;     ///< parameter sizes, same order
+  /// slots[s][k]: buffer s of parameter k; slots[s] is empty until the optimizer allocates it.
+  std::array<std::vector<buffer_type>, Slots> slots{};
+
+  optimizer_state() = default;
+  /// Copies are deep: a copied optimizer continues independently of the original (Kokkos views
+  /// alone would share their buffers).
+  optimizer_state(const optimizer_state& o)
+      : step(o.step), created(o.created), names(o.names), sizes(o.sizes) {
+    for (std::size_t s = 0; s < Slots; ++s)
+      for (const auto& b : o.slots[s]) {
+        buffer_type c(Kokkos::view_alloc(Kokkos::WithoutInitializing, b.label()), b.extent(0));
+        Kokkos::deep_copy(c, b);
+        slots[s].push_back(c);
+      }
+  }
+  optimizer_state& operator=(const optimizer_state& o) {
+    if (this != &o) *this = optimizer_state(o);
+    return *this;
+  }
+  optimizer_state(optimizer_state&&) noexcept = default;
+  optimizer_state& operator=(optimizer_state&&) noexcept = default;
+  ~optimizer_state() = default;
+
+  /// On the first call records the parameters' names and sizes; afterwards checks that the
+  /// same parameters (count, names, sizes) are passed, throwing shape_error naming `who`.
+  template <class Params>
+  void bind(const char* who, const Params& params) {
+    if (!created) {
+      require_unique_names(who, params);
+      for_each_parameter(params, [&](const auto& p, std::size_t) {
+        names.push_back(p.name);
+        sizes.push_back(p.size());
+      });
+      created = true;
+      return;
+    }
+    const std::size_t n = count_parameters(params);
+    if (n != names.size())
+      throw shape_error(std::string(who) + ": the optimizer state was created for " +
+                        std::to_string(names.size()) + " parameters, but " + std::to_string(n) +
+                        " were passed; pass the same parameters at every step");
+    for_each_parameter(params, [&](const auto& p, std::size_t k) {
+      if (p.name != names[k] || p.size() != sizes[k])
+        throw shape_error(std::string(who) + ": parameter " + std::to_string(k) + " is '" + p.name +
+                          "' with " + std::to_string(p.size()) +
+                          " elements, but the optimizer state was created for '" + names[k] +
+                          "' with " + std::to_string(sizes[k]) +
+                          "; pass the same parameters at every step");
+    });
+  }
+
+  /// Allocates slot s for every parameter (zero-filled) if it is not allocated yet; returns
+  /// true if it allocated (the slot's first use).
+  bool ensure_slot(std::size_t s, const char* label) {
+    if (!slots[s].empty() || sizes.empty()) return false;
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      slots[s].emplace_back(names[k] + "." + label, static_cast<std::size_t>(sizes[k]));
+    return true;
+  }
+};
+
+/// Checks at compile time that an execution space can run kernels on parameters and state.
+template <class Exec, class MemorySpace>
+constexpr void require_accessible() {
+  static_assert(Kokkos::SpaceAccessibility<Exec, MemorySpace>::accessible,
+                "tessera::train: the execution space cannot access the memory space of the "
+                "optimizer state / parameters.");
+}
+
+} // namespace tessera::train::detail

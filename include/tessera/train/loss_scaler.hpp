@@ -1,0 +1,265 @@
+#pragma once
+/// \file train/loss_scaler.hpp
+/// Loss scaling for low-precision backward passes: the loss (its gradient) is multiplied by
+/// scale() before backward so small gradients stay representable, and the gradients are divided
+/// by it again before the optimizer step.
+///
+///   bool finite = scaler.unscale_and_check(exec, params); // grads *= 1/scale, all finite?
+///   if (finite) opt.step(exec, params);                   // or: train::step(...), step.hpp
+///   scaler.update(finite);                                // dynamic: back off / grow
+///
+/// - `static_scaler{s}`: a fixed scale (1 = no scaling, still checks for inf/NaN).
+/// - `dynamic_scaler<Policy>`: PyTorch's torch.cuda.amp.GradScaler rules. Start at init_scale
+///   (2^16); after an overflowing step the scale is multiplied by backoff_factor (0.5), after
+///   growth_interval (2000) consecutive clean steps by growth_factor (2); never above max_scale
+///   (2^127, the largest power of two a float holds) or below min_scale (1 by default, as
+///   Megatron-LM's and DeepSpeed's min_loss_scale). An overflow resets the clean-step count.
+/// - Policies decide when an overflow backs off: `torch_policy` at every overflow (PyTorch);
+///   `hysteresis_policy<N>` only at the N-th consecutive overflow and each one after it until a
+///   clean step (DeepSpeed's consecutive_hysteresis = true), or with
+///   `hysteresis_policy<N, hysteresis_reset::on_growth>` until the next growth (Megatron-LM's
+///   DynamicGradScaler and DeepSpeed's default).
+
+#include <tessera/config/bit_cast.hpp>
+#include <tessera/train/detail/optimizer_state.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace tessera::train {
+
+namespace detail {
+/// grads *= inv_scale in place for every parameter (skipped when inv_scale is 1) and whether
+/// every result is finite: one fused pass (a reduction) per parameter.
+template <class Exec, class Params>
+bool unscale_and_check(const Exec& exec, const Params& params, float inv_scale) {
+  int bad_total = 0;
+  for_each_parameter(params, [&](const auto& p, std::size_t) {
+    static_assert(Kokkos::SpaceAccessibility<
+                      Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
+                  "tessera::train::unscale_and_check: the execution space cannot access the "
+                  "parameters' memory space.");
+    float* g = p.grad.data();
+    int bad = 0;
+    const float s = inv_scale;
+    // Non-finite <=> all exponent bits set (inf or NaN), tested on the bits so that fast-math
+    // flags cannot fold the test away.
+    if (inv_scale == 1.f) {
+      Kokkos::parallel_reduce(
+          "tessera::train::check_finite", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
+          KOKKOS_LAMBDA(const index_t i, int& b) {
+            b |= (::tessera::detail::bit_cast<std::uint32_t>(g[i]) & 0x7f800000u) == 0x7f800000u;
+          },
+          Kokkos::BOr<int>(bad));
+    } else {
+      Kokkos::parallel_reduce(
+          "tessera::train::unscale", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
+          KOKKOS_LAMBDA(const index_t i, int& b) {
+            const float v = g[i] * s;
+            g[i] = v;
+            b |= (::tessera::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+          },
+          Kokkos::BOr<int>(bad));
+    }
+    bad_total |= bad;
+  });
+  return bad_total == 0;
+}
+
+inline void require_valid_scale(const char* who, float s) {
+  if (!(s > 0.f) || !std::isfinite(s))
+    throw value_error(std::string(who) + ": the loss scale must be positive and finite, got " +
+                      std::to_string(s));
+}
+} // namespace detail
+
+/// A fixed loss scale. update() does nothing; a non-finite gradient still skips the step.
+class static_scaler {
+public:
+  /// Throws value_error unless scale is positive and finite.
+  explicit static_scaler(float scale = 1.f) : scale_(scale) {
+    detail::require_valid_scale("tessera::train::static_scaler", scale);
+  }
+  /// The factor the loss is multiplied by.
+  float scale() const noexcept { return scale_; }
+  /// Divides every gradient by scale() in place (a multiplication by the float 1 / scale; exact
+  /// for a power of two) and returns true if all of them are finite.
+  template <class Exec, class Params>
+  bool unscale_and_check(const Exec& exec, const Params& params) const {
+    return detail::unscale_and_check(exec, params, static_cast<float>(1.0 / scale_));
+  }
+  /// Nothing to update.
+  void update(bool /*finite*/) noexcept {}
+  /// Replaces the scale (checkpoints). Throws value_error unless positive and finite.
+  void restore(float scale) {
+    detail::require_valid_scale("tessera::train::static_scaler::restore", scale);
+    scale_ = scale;
+  }
+
+private:
+  float scale_;
+};
+
+/// Backs off at every overflow (PyTorch's GradScaler).
+struct torch_policy {
+  static constexpr const char* name = "torch";
+  /// Called at an overflow; true: back off now.
+  constexpr bool on_overflow() noexcept { return true; }
+  constexpr void on_clean_step() noexcept {}
+  constexpr void on_growth() noexcept {}
+  /// The policy's state (checkpoints): none.
+  constexpr std::int64_t state() const noexcept { return 0; }
+  /// Restores state(); false (and no change) if the value is not a valid state.
+  constexpr bool restore(std::int64_t s) noexcept { return s == 0; }
+};
+
+/// When a hysteresis policy refills its overflow budget.
+enum class hysteresis_reset {
+  on_clean_step, ///< any clean step (DeepSpeed consecutive_hysteresis = true): N consecutive
+  on_growth      ///< only when the scale grows (Megatron-LM, DeepSpeed's default)
+};
+
+/// Backs off only at the N-th overflow since the budget was last refilled, and at every overflow
+/// after that until it is refilled (Megatron-LM / DeepSpeed "hysteresis").
+template <int N, hysteresis_reset Reset = hysteresis_reset::on_clean_step>
+struct hysteresis_policy {
+  static_assert(N >= 1, "tessera::train::hysteresis_policy<N>: N (overflows tolerated before "
+                        "backing off, counting the one that backs off) must be >= 1.");
+  static constexpr const char* name =
+      Reset == hysteresis_reset::on_clean_step ? "hysteresis_consecutive" : "hysteresis_growth";
+  static constexpr int hysteresis = N;
+
+  std::int64_t remaining = N; ///< overflows left before backing off, in [1, N]
+
+  constexpr bool on_overflow() noexcept {
+    if (remaining <= 1) return true;
+    --remaining;
+    return false;
+  }
+  constexpr void on_clean_step() noexcept {
+    if constexpr (Reset == hysteresis_reset::on_clean_step) remaining = N;
+  }
+  constexpr void on_growth() noexcept { remaining = N; }
+  constexpr std::int64_t state() const noexcept { return remaining; }
+  constexpr bool restore(std::int64_t s) noexcept {
+    if (s < 1 || s > N) return false;
+    remaining = s;
+    return true;
+  }
+};
+
+/// Settings of dynamic_scaler; defaults are PyTorch GradScaler's, the floor Megatron-LM's.
+struct dynamic_scaler_config {
+  float init_scale = 65536.f;          ///< 2^16
+  float growth_factor = 2.f;           ///< > 1
+  float backoff_factor = 0.5f;         ///< in (0, 1)
+  std::int64_t growth_interval = 2000; ///< clean steps between growths (>= 1)
+  float min_scale = 1.f;               ///< floor of the scale (> 0)
+  float max_scale = 0x1p127f;          ///< ceiling: 2^127, the largest finite power of two
+};
+
+/// A loss scale that backs off after overflows and grows after runs of clean steps.
+template <class Policy = torch_policy>
+class dynamic_scaler {
+public:
+  using policy_type = Policy;
+
+  /// Throws value_error for an inconsistent configuration (naming the field and the rule).
+  explicit dynamic_scaler(const dynamic_scaler_config& c = {}) : cfg_(c), scale_(c.init_scale) {
+    const auto bad = [](const std::string& what) {
+      throw value_error("tessera::train::dynamic_scaler: " + what);
+    };
+    detail::require_valid_scale("tessera::train::dynamic_scaler (min_scale)", c.min_scale);
+    detail::require_valid_scale("tessera::train::dynamic_scaler (max_scale)", c.max_scale);
+    if (!(c.min_scale <= c.max_scale))
+      bad("min_scale " + std::to_string(c.min_scale) + " exceeds max_scale " +
+          std::to_string(c.max_scale));
+    if (!(c.init_scale >= c.min_scale && c.init_scale <= c.max_scale))
+      bad("init_scale " + std::to_string(c.init_scale) + " is outside [min_scale, max_scale]");
+    if (!(c.growth_factor > 1.f) || !std::isfinite(c.growth_factor))
+      bad("growth_factor must be finite and > 1, got " + std::to_string(c.growth_factor));
+    if (!(c.backoff_factor > 0.f && c.backoff_factor < 1.f))
+      bad("backoff_factor must be in (0, 1), got " + std::to_string(c.backoff_factor));
+    if (c.growth_interval < 1)
+      bad("growth_interval must be >= 1, got " + std::to_string(c.growth_interval));
+  }
+
+  /// The factor the loss is multiplied by.
+  float scale() const noexcept { return scale_; }
+  /// Clean steps since the last growth or overflow.
+  std::int64_t growth_tracker() const noexcept { return growth_tracker_; }
+  const Policy& policy() const noexcept { return policy_; }
+  const dynamic_scaler_config& config() const noexcept { return cfg_; }
+
+  /// Divides every gradient by scale() in place (multiplies by the float 1 / scale, exact for
+  /// the powers of two the default factors produce) and returns true if all are finite.
+  template <class Exec, class Params>
+  bool unscale_and_check(const Exec& exec, const Params& params) const {
+    return detail::unscale_and_check(exec, params, static_cast<float>(1.0 / scale_));
+  }
+
+  /// After a step: `finite` is what unscale_and_check returned.
+  ///  - overflow: clean-step count to 0; if the policy says so, scale = max(scale * backoff,
+  ///    min_scale);
+  ///  - clean: count + 1; at growth_interval, count to 0 and scale = min(scale * growth,
+  ///    max_scale).
+  void update(bool finite) noexcept {
+    if (!finite) {
+      growth_tracker_ = 0;
+      if (policy_.on_overflow()) {
+        const float s = scale_ * cfg_.backoff_factor;
+        scale_ = s > cfg_.min_scale ? s : cfg_.min_scale;
+      }
+      return;
+    }
+    policy_.on_clean_step();
+    if (++growth_tracker_ >= cfg_.growth_interval) {
+      growth_tracker_ = 0;
+      const float s = scale_ * cfg_.growth_factor;
+      scale_ = s < cfg_.max_scale ? s : cfg_.max_scale;
+      policy_.on_growth();
+    }
+  }
+
+  /// Replaces the state (checkpoints). Throws value_error, changing nothing, for a scale
+  /// outside [min_scale, max_scale], a growth tracker outside [0, growth_interval) or an
+  /// invalid policy state.
+  void restore(float scale, std::int64_t growth_tracker, std::int64_t policy_state) {
+    std::string why = check_state(scale, growth_tracker, policy_state);
+    if (!why.empty()) throw value_error("tessera::train::dynamic_scaler::restore: " + why);
+    scale_ = scale;
+    growth_tracker_ = growth_tracker;
+    policy_.restore(policy_state);
+  }
+  /// Why restore() would refuse these values, or an empty string.
+  std::string check_state(float scale, std::int64_t growth_tracker,
+                          std::int64_t policy_state) const {
+    if (!(scale >= cfg_.min_scale && scale <= cfg_.max_scale))
+      return "scale " + std::to_string(scale) + " is outside [min_scale " +
+             std::to_string(cfg_.min_scale) + ", max_scale " + std::to_string(cfg_.max_scale) + "]";
+    if (growth_tracker < 0 || growth_tracker >= cfg_.growth_interval)
+      return "growth tracker " + std::to_string(growth_tracker) + " is outside [0, " +
+             std::to_string(cfg_.growth_interval) + ")";
+    Policy probe = policy_;
+    if (!probe.restore(policy_state))
+      return "policy state " + std::to_string(policy_state) + " is not valid for policy '" +
+             Policy::name + "'";
+    return {};
+  }
+
+private:
+  dynamic_scaler_config cfg_;
+  float scale_;
+  std::int64_t growth_tracker_ = 0;
+  Policy policy_{};
+};
+
+template <class T>
+struct is_loss_scaler : std::false_type {};
+template <>
+struct is_loss_scaler<static_scaler> : std::true_type {};
+template <class P>
+struct is_loss_scaler<dynamic_scaler<P>> : std::true_type {};
+
+} // namespace tessera::train

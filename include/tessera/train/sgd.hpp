@@ -1,0 +1,103 @@
+#pragma once
+/// \file train/sgd.hpp
+/// Stochastic gradient descent with momentum, Nesterov momentum and (L2) weight decay, with
+/// PyTorch's torch.optim.SGD semantics, updating fp32 master weights in one fused kernel per
+/// parameter on the given execution space.
+///
+///   tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+///   opt.step(exec, model.parameters());  // after backward has written the gradients
+///
+/// Per element, with g the gradient and w the master weight (all fp32):
+///
+///     g = g + weight_decay * w                         if weight_decay != 0
+///     b = g                                            first step (buffer created from g)
+///     b = momentum * b + (1 - dampening) * g           later steps
+///     g = nesterov ? g + momentum * b : b              if momentum != 0
+///     w = w - lr * g
+///
+/// State (fp32, created at the first step, sized from the parameters): the momentum buffers
+/// (only when momentum != 0) and the number of completed steps. A step the caller skips (see
+/// train::step) touches none of it.
+
+#include <tessera/train/detail/optimizer_state.hpp>
+
+#include <string>
+
+namespace tessera::train {
+
+/// SGD over parameters in MemorySpace; `train::sgd` is the one for the default space.
+/// An aggregate: set the hyper-parameters with designated initializers, in this order.
+template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct basic_sgd {
+  float lr = 0.01f;         ///< learning rate (>= 0)
+  float momentum = 0.f;     ///< momentum factor (>= 0; 0 keeps no buffer)
+  bool nesterov = false;    ///< Nesterov momentum (needs momentum > 0 and dampening 0)
+  float weight_decay = 0.f; ///< L2 penalty added to the gradient (>= 0)
+  float dampening = 0.f;    ///< dampening of the gradient in the momentum update
+
+  /// Optimizer state: step counter and momentum buffers. Read by checkpoints; not to be
+  /// modified by hand.
+  detail::optimizer_state<MemorySpace, 1> state{};
+
+  static constexpr const char* kind = "sgd";
+  static constexpr std::array<const char*, 1> slot_names = {"momentum_buffer"};
+
+  /// Completed steps.
+  std::int64_t steps() const noexcept { return state.step; }
+
+  /// One update of every parameter from its gradient: one kernel per parameter on exec, then
+  /// one fence. Throws value_error for invalid hyper-parameters and shape_error if params are
+  /// not the parameters of the first step (count, names, sizes), changing nothing.
+  template <class Exec, class Params>
+  void step(const Exec& exec, const Params& params) {
+    detail::require_accessible<Exec, MemorySpace>();
+    check_hyperparameters();
+    state.bind("tessera::train::sgd::step", params);
+    const bool use_momentum = momentum != 0.f;
+    const bool first = use_momentum && state.ensure_slot(0, slot_names[0]);
+    const float lr_ = lr, mom = momentum, wd = weight_decay, damp1 = 1.f - dampening;
+    const bool nest = nesterov;
+    detail::for_each_parameter(params, [&](const auto& p, std::size_t k) {
+      static_assert(Kokkos::SpaceAccessibility<
+                        Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
+                    "tessera::train::sgd::step: the execution space cannot access the "
+                    "parameters' memory space.");
+      float* w = p.value.data();
+      const float* gr = p.grad.data();
+      float* buf = use_momentum ? state.slots[0][k].data() : nullptr;
+      Kokkos::parallel_for(
+          "tessera::train::sgd", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
+          KOKKOS_LAMBDA(const index_t i) {
+            float g = gr[i];
+            if (wd != 0.f) g = g + wd * w[i];
+            if (buf) {
+              const float b = first ? g : mom * buf[i] + damp1 * g;
+              buf[i] = b;
+              g = nest ? g + mom * b : b;
+            }
+            w[i] = w[i] - lr_ * g;
+          });
+    });
+    exec.fence();
+    ++state.step;
+  }
+
+private:
+  void check_hyperparameters() const {
+    const auto bad = [](const std::string& what) {
+      throw value_error("tessera::train::sgd::step: " + what);
+    };
+    if (!(lr >= 0.f)) bad("lr must be >= 0, got " + std::to_string(lr));
+    if (!(momentum >= 0.f)) bad("momentum must be >= 0, got " + std::to_string(momentum));
+    if (!(weight_decay >= 0.f))
+      bad("weight_decay must be >= 0, got " + std::to_string(weight_decay));
+    if (nesterov && (momentum <= 0.f || dampening != 0.f))
+      bad("Nesterov momentum needs momentum > 0 and dampening 0 (PyTorch's rule), got momentum " +
+          std::to_string(momentum) + " and dampening " + std::to_string(dampening));
+  }
+};
+
+/// SGD on the default execution space's memory space (where nn::parameter lives by default).
+using sgd = basic_sgd<>;
+
+} // namespace tessera::train
