@@ -194,12 +194,13 @@ float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const
     return v.extent(0) == nb || (v.extent(0) == 1 && nb >= 1) || v.stride(0) == 0;
   };
   if (!batch_ok(oa.view) || !batch_ok(ob.view))
-    throw shape_error("tessera::gemm_batched: " + detail::describe("A", oa.view) + ", " +
-                      detail::describe("B", ob.view) + ", " + detail::describe("C", oc.view) +
+    throw shape_error("tessera::gemm_batched: " + detail::gemm_describe("A", oa.view) + ", " +
+                      detail::gemm_describe("B", ob.view) + ", " +
+                      detail::gemm_describe("C", oc.view) +
                       ": A and B need C's batch extent (or 1, or batch stride 0)");
   if (nb > 1 && oc.view.stride(0) < oc.view.extent(1) * oc.view.stride(1) &&
       oc.view.stride(0) < oc.view.extent(2) * oc.view.stride(2))
-    throw shape_error("tessera::gemm_batched: " + detail::describe("C", oc.view) +
+    throw shape_error("tessera::gemm_batched: " + detail::gemm_describe("C", oc.view) +
                       ": the matrices of C overlap (batch stride too small)");
   float amax = 0.f;
   if (nb == 0) return amax;

@@ -1,14 +1,424 @@
 #pragma once
 /// \file gemm/detail/host.hpp
-/// gemm_algo::host_packed (placeholder: runs the direct path until the packed kernels land).
+/// gemm_algo::host_packed: a BLIS/gebp-style blocked GEMM for host execution spaces.
+///
+/// Loops (outermost first), for the part of C one thread owns:
+///   jc: NC columns of C    -> pack B(:, jc) for all of K into NR-column micro-panels
+///   ic: MC rows of C       ->
+///     pc: KC of K           -> pack A(ic, pc) into MR-row micro-panels
+///       jr, ir: one MR x NR micro-tile: the micro-kernel runs over KC, accumulating in
+///               registers; between KC blocks the tile is kept in an fp32 workspace (MC x NC,
+///               thread-local), so that beta, the epilogue, the output scale and the cast are
+///               applied once, after the last KC block, whatever C's precision.
+/// Packing converts the operands to the compute format (fp32 for the FMA kernel, bf16 for the
+/// AMX kernel in gemm/detail/amx.hpp), so the micro-kernels never convert.
+///
+/// Threads: C is cut into one part per thread of the execution space (along N, or along M
+/// when M is the larger extent); each thread packs what its part needs into its own
+/// thread_local buffers (the "workspace" of the design: one per host thread, grown on demand,
+/// never shrunk or reallocated in steady state), so parts never wait on each other and every C
+/// element is reduced over K in the same order for a given thread count (deterministic).
 
+#include <tessera/gemm/detail/problem.hpp>
 #include <tessera/gemm/detail/reference.hpp>
+#include <tessera/simd/lanes.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <type_traits>
 
 namespace tessera::detail {
 
+#if !TESSERA_DEVICE_PASS
+
+namespace hostgemm {
+
+/// 64-byte aligned, grow-only scratch memory (one per buffer role per thread).
+struct scratch {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  scratch() = default;
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+  ~scratch() { std::free(p); }
+  template <class T>
+  T* get(std::size_t n) {
+    const std::size_t need = (n * sizeof(T) + 63) / 64 * 64;
+    if (need > bytes) {
+      std::free(p);
+      p = std::aligned_alloc(64, need);
+      if (!p) throw std::bad_alloc();
+      bytes = need;
+    }
+    return static_cast<T*>(p);
+  }
+};
+
+/// The per-thread buffers: packed A block, packed B column block, the C tile workspace.
+struct thread_buffers {
+  scratch a, b, w;
+};
+
+/// Buffers of the calling host thread. thread_local by design (documented in the file
+/// comment): each OpenMP / Serial worker keeps its own, reused by every later call.
+inline thread_buffers& buffers() {
+  thread_local thread_buffers tb;
+  return tb;
+}
+
+inline index_t round_up(index_t x, index_t m) {
+  return (x + m - 1) / m * m;
+}
+
+using arch = xsimd::default_arch;
+inline constexpr bool have_simd = simd::available;
+
+/// Rows and columns of one part of C (the share of one thread).
+struct part {
+  index_t i0, m, j0, n;
+};
+
+/// Splits C among `parts` threads: along M when M >= N and each share keeps at least
+/// `mr` * 2 rows, else along N in multiples of `nr` columns. Shares are contiguous and fixed
+/// by (M, N, parts), so the result is deterministic for a thread count.
+inline part split(index_t m, index_t n, int parts, int id, index_t mr, index_t nr) {
+  if (parts <= 1) return {0, m, 0, n};
+  const bool by_m = (m >= n && m >= parts * 2 * mr) || n < parts * nr;
+  const index_t ext = by_m ? m : n, unit = by_m ? mr : nr;
+  const index_t units = (ext + unit - 1) / unit;
+  const index_t lo = units * id / parts * unit, hi = std::min(ext, units * (id + 1) / parts * unit);
+  const index_t b = std::min(lo, ext), e = std::max(b, hi);
+  return by_m ? part{b, e - b, 0, n} : part{0, m, b, e - b};
+}
+
+/// Stores an MR x NR tile t (row stride NR, fp32 values alpha * AB) rows [0, mr) and columns
+/// [0, nr) at (i0, j0) of C through the problem's epilogue. Returns the tile's amax.
+template <index_t NR, class Prob>
+inline float store_tile(const Prob& pr, const float* t, index_t i0, index_t j0, index_t mr,
+                        index_t nr) {
+  using VC = decltype(pr.c);
+  using Ops = decltype(pr.ops);
+  constexpr bool plain = std::is_same_v<typename VC::precision, fp32> &&
+                         std::is_same_v<Ops, op_pack<>> && !Prob::scaled_out;
+  if constexpr (plain) {
+    if (pr.c.stride(1) == 1) {
+      const float al = pr.alpha, be = pr.beta;
+      for (index_t r = 0; r < mr; ++r) {
+        float* crow = pr.c.data() + (i0 + r) * pr.c.stride(0) + j0;
+        const float* tr = t + r * NR;
+        if (be == 0.f) {
+          for (index_t j = 0; j < nr; ++j) crow[j] = al * tr[j];
+        } else {
+          for (index_t j = 0; j < nr; ++j) crow[j] = al * tr[j] + be * crow[j];
+        }
+      }
+      return 0.f;
+    }
+  }
+  float mx = 0.f;
+  for (index_t r = 0; r < mr; ++r)
+    for (index_t j = 0; j < nr; ++j) {
+      const float a = pr.store(t[r * NR + j], i0 + r, j0 + j);
+      mx = a > mx ? a : mx;
+    }
+  return mx;
+}
+
+/// Converts n elements of a contiguous run to float.
+template <class S>
+inline void load_floats(const S* src, float* dst, index_t n) {
+  if constexpr (std::is_same_v<S, float>) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  } else {
+    convert_n<fp32>(src, dst, static_cast<std::size_t>(n));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32 FMA kernel (any SIMD arch xsimd knows; tuned for AVX-512)
+// ---------------------------------------------------------------------------------------------
+
+struct fma_kernel {
+  using vf = xsimd::batch<float, arch>;
+  static constexpr index_t L = static_cast<index_t>(vf::size);
+  /// Register tile. AVX-512 has 32 vector registers of 16 floats: 14 x 32 uses 28 accumulators,
+  /// 2 for the row of B and 1 for a broadcast of A (the broadcast folds into the FMA's memory
+  /// operand); with 16 registers (AVX2) 6 x 2 vectors use 12 + 2 + 1. Measured on this Xeon:
+  /// 14 x 32 beat 6 x 64 and 8 x 48 (bench_gemm, fp32 1024^3, 1 thread).
+  static constexpr index_t NV = 2;
+  static constexpr index_t NR = NV * L;
+  static constexpr index_t MR = L >= 16 ? 14 : 6;
+  /// KC: a B micro-panel (KC x NR floats = 256 * 32 * 4 = 32 KiB) stays in the 48 KiB L1d while
+  /// the A micro-panels stream past it.
+  static constexpr index_t KC = 256;
+  /// MC: the packed A block (MC x KC floats = 336 * 256 * 4 = 336 KiB) stays in the 2 MiB L2.
+  static constexpr index_t MC = MR * 24;
+  /// NC: the packed B slice (KC x NC floats = 2 MiB at NC = 2048) is read from L2/L3, each
+  /// micro-panel once per MC block; 2048 columns pack A once for N <= 2048 (BLIS uses 3072+
+  /// on Skylake-X for the same reason).
+  static constexpr index_t NC_max = 2048;
+  /// When C cannot hold the partial sums, the fp32 workspace (M_part x NC) stays below 8 MiB.
+  static constexpr std::size_t ws_bytes = std::size_t(8) << 20;
+  using packed_t = float;
+  static constexpr index_t k_align = 1;
+
+  /// A(i0 .. i0+mc, p0 .. p0+kc) into micro-panels [mc/MR][kc][MR], rows past mc zero.
+  template <class VA>
+  static void pack_a(const VA& a, index_t i0, index_t mc, index_t p0, index_t kc, float* dst) {
+    using S = typename VA::storage_type;
+    const index_t s0 = a.stride(0), s1 = a.stride(1);
+    const S* base = a.data();
+    float row[KC];
+    for (index_t ip = 0; ip < mc; ip += MR) {
+      float* d = dst + ip * kc;
+      const index_t rows = std::min(MR, mc - ip);
+      if (s1 == 1) {
+        for (index_t r = 0; r < rows; ++r) {
+          load_floats(base + (i0 + ip + r) * s0 + p0, row, kc);
+          for (index_t p = 0; p < kc; ++p) d[p * MR + r] = row[p];
+        }
+      } else if (s0 == 1) {
+        for (index_t p = 0; p < kc; ++p)
+          load_floats(base + (p0 + p) * s1 + i0 + ip, d + p * MR, rows);
+      } else {
+        for (index_t r = 0; r < rows; ++r)
+          for (index_t p = 0; p < kc; ++p)
+            d[p * MR + r] = to_float(base[(i0 + ip + r) * s0 + (p0 + p) * s1]);
+      }
+      if (rows < MR)
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t r = rows; r < MR; ++r) d[p * MR + r] = 0.f;
+    }
+  }
+
+  /// B(p0 .. p0+kc, j0 .. j0+nc) into micro-panels [nc/NR][kc][NR], columns past nc zero.
+  template <class VB>
+  static void pack_b(const VB& b, index_t p0, index_t kc, index_t j0, index_t nc, float* dst) {
+    using S = typename VB::storage_type;
+    const index_t s0 = b.stride(0), s1 = b.stride(1);
+    const S* base = b.data();
+    float col[KC];
+    for (index_t jp = 0; jp < nc; jp += NR) {
+      float* d = dst + jp * kc;
+      const index_t cols = std::min(NR, nc - jp);
+      if (s1 == 1) {
+        for (index_t p = 0; p < kc; ++p)
+          load_floats(base + (p0 + p) * s0 + j0 + jp, d + p * NR, cols);
+      } else if (s0 == 1) {
+        for (index_t j = 0; j < cols; ++j) {
+          load_floats(base + (j0 + jp + j) * s1 + p0, col, kc);
+          for (index_t p = 0; p < kc; ++p) d[p * NR + j] = col[p];
+        }
+      } else {
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t j = 0; j < cols; ++j)
+            d[p * NR + j] = to_float(base[(p0 + p) * s0 + (j0 + jp + j) * s1]);
+      }
+      if (cols < NR)
+        for (index_t p = 0; p < kc; ++p)
+          for (index_t j = cols; j < NR; ++j) d[p * NR + j] = 0.f;
+    }
+  }
+
+  static void begin() {}
+  static void end() {}
+
+  /// t (MR x NR, row-major) = a_panel * b_panel over kc.
+  static void micro(index_t kc, const float* __restrict a, const float* __restrict b,
+                    float* __restrict t) {
+    vf c[MR][NV];
+#pragma GCC unroll 14
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+      for (index_t v = 0; v < NV; ++v) c[r][v] = vf(0.f);
+    for (index_t p = 0; p < kc; ++p) {
+      vf bv[NV];
+#pragma GCC unroll 2
+      for (index_t v = 0; v < NV; ++v) bv[v] = vf::load_aligned(b + p * NR + v * L);
+#pragma GCC unroll 14
+      for (index_t r = 0; r < MR; ++r) {
+        const vf av(a[p * MR + r]);
+#pragma GCC unroll 2
+        for (index_t v = 0; v < NV; ++v) c[r][v] = xsimd::fma(av, bv[v], c[r][v]);
+      }
+    }
+#pragma GCC unroll 14
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+      for (index_t v = 0; v < NV; ++v) c[r][v].store_aligned(t + r * NR + v * L);
+  }
+};
+
+/// Where partial sums over K live between KC blocks: C itself when it is fp32, unscaled and
+/// unit-stride along its rows (it then holds alpha * partial + beta * C_old), else an fp32
+/// workspace holding the raw partial sums.
+template <class Prob>
+constexpr bool c_is_target() {
+  return std::is_same_v<typename decltype(std::declval<Prob>().c)::precision, fp32> &&
+         !Prob::scaled_out;
+}
+
+/// Folds the raw MR x NR sums t of a KC block into C (see c_is_target) or the workspace w.
+template <index_t NR, class Prob>
+inline float combine(const Prob& pr, const float* t, index_t i0, index_t j0, index_t mr, index_t nr,
+                     bool first, bool last, bool direct, float* w, index_t ldw) {
+  if (first && last) return store_tile<NR>(pr, t, i0, j0, mr, nr);
+  if (direct) {
+    const float al = pr.alpha, be = pr.beta;
+    const index_t ldc = pr.c.stride(0);
+    float* c0 = reinterpret_cast<float*>(pr.c.data()) + i0 * ldc + j0;
+    if (first) {
+      for (index_t r = 0; r < mr; ++r) {
+        float* cr = c0 + r * ldc;
+        const float* tr = t + r * NR;
+        if (be == 0.f) {
+          for (index_t j = 0; j < nr; ++j) cr[j] = al * tr[j];
+        } else {
+          for (index_t j = 0; j < nr; ++j) cr[j] = al * tr[j] + be * cr[j];
+        }
+      }
+      return 0.f;
+    }
+    if (!last || std::is_same_v<decltype(pr.ops), op_pack<>>) {
+      for (index_t r = 0; r < mr; ++r) {
+        float* cr = c0 + r * ldc;
+        const float* tr = t + r * NR;
+        for (index_t j = 0; j < nr; ++j) cr[j] += al * tr[j];
+      }
+      return 0.f;
+    }
+    for (index_t r = 0; r < mr; ++r) {
+      float* cr = c0 + r * ldc;
+      const float* tr = t + r * NR;
+      for (index_t j = 0; j < nr; ++j) cr[j] = pr.ops(cr[j] + al * tr[j], i0 + r, j0 + j);
+    }
+    return 0.f;
+  }
+  if (!last) {
+    for (index_t r = 0; r < mr; ++r) {
+      float* wr = w + r * ldw;
+      const float* tr = t + r * NR;
+      if (first) {
+        for (index_t j = 0; j < nr; ++j) wr[j] = tr[j];
+      } else {
+        for (index_t j = 0; j < nr; ++j) wr[j] += tr[j];
+      }
+    }
+    return 0.f;
+  }
+  float mx = 0.f;
+  for (index_t r = 0; r < mr; ++r)
+    for (index_t j = 0; j < nr; ++j) {
+      const float a = pr.store(w[r * ldw + j] + t[r * NR + j], i0 + r, j0 + j);
+      mx = a > mx ? a : mx;
+    }
+  return mx;
+}
+
+/// The blocked loops of the file comment over one part of C, with kernel Kern.
+template <class Kern, class Prob>
+float run_part(const Prob& pr, const part& pt) {
+  constexpr index_t MR = Kern::MR, NR = Kern::NR, KC = Kern::KC, MC = Kern::MC;
+  using T = typename Kern::packed_t;
+  if (pt.m <= 0 || pt.n <= 0) return 0.f;
+  const index_t k = pr.k;
+  const bool multi = k > KC;
+  bool direct = false;
+  if constexpr (c_is_target<Prob>()) direct = pr.c.stride(1) == 1;
+  // NC: the packed B slice (KC x NC) is at most NC_max columns; with a workspace, the
+  // workspace (M_part x NC floats) is also kept under ws_bytes.
+  index_t nc_cap = Kern::NC_max;
+  if (multi && !direct)
+    nc_cap = std::clamp<index_t>(static_cast<index_t>(Kern::ws_bytes / 4) / pt.m / NR * NR, NR,
+                                 Kern::NC_max);
+  nc_cap = std::min(nc_cap, round_up(pt.n, NR));
+  const index_t mc_cap = std::min(MC, round_up(pt.m, MR));
+  const index_t kc_cap = std::min(KC, round_up(std::max<index_t>(k, 1), Kern::k_align));
+  auto& tb = buffers();
+  T* pa = tb.a.get<T>(static_cast<std::size_t>(mc_cap * kc_cap));
+  T* pb = tb.b.get<T>(static_cast<std::size_t>(nc_cap * kc_cap));
+  // Workspace rows padded by 16 floats (64 bytes): a row stride of a multiple of 4 KiB would
+  // map all rows of a tile to one L1 set.
+  const index_t ldw = nc_cap + 16;
+  float* ws = multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(pt.m * ldw)) : nullptr;
+  alignas(64) float tile[MR * NR];
+  float mx = 0.f;
+  if (k == 0) {
+    for (index_t j = 0; j < NR * MR; ++j) tile[j] = 0.f;
+    for (index_t i = 0; i < pt.m; i += MR)
+      for (index_t j = 0; j < pt.n; j += NR) {
+        const float m = store_tile<NR>(pr, tile, pt.i0 + i, pt.j0 + j, std::min(MR, pt.m - i),
+                                       std::min(NR, pt.n - j));
+        mx = m > mx ? m : mx;
+      }
+    return mx;
+  }
+  Kern::begin();
+  for (index_t jc = 0; jc < pt.n; jc += nc_cap) {
+    const index_t nc = std::min(nc_cap, pt.n - jc);
+    for (index_t pc = 0; pc < k; pc += KC) {
+      const index_t kc = std::min(KC, k - pc), kcp = round_up(kc, Kern::k_align);
+      const bool first = pc == 0, last = pc + KC >= k;
+      Kern::pack_b(pr.b, pc, kc, pt.j0 + jc, nc, pb);
+      for (index_t ic = 0; ic < pt.m; ic += mc_cap) {
+        const index_t mc = std::min(mc_cap, pt.m - ic);
+        Kern::pack_a(pr.a, pt.i0 + ic, mc, pc, kc, pa);
+        for (index_t jr = 0; jr < nc; jr += NR) {
+          const T* bp = pb + jr * kcp;
+          for (index_t ir = 0; ir < mc; ir += MR) {
+            Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            float* w = ws ? ws + (ic + ir) * ldw + jr : nullptr;
+            const float m =
+                combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, std::min(MR, mc - ir),
+                            std::min(NR, nc - jr), first, last, direct, w, ldw);
+            mx = m > mx ? m : mx;
+          }
+        }
+      }
+    }
+  }
+  Kern::end();
+  return mx;
+}
+
+/// Runs kernel Kern over the parts of C, one per thread of exec.
+template <class Kern, class Exec, class Prob>
+float run_parallel(const Exec& exec, const Prob& pr) {
+  const int parts = static_cast<int>(std::max<index_t>(
+      1, std::min<index_t>(exec.concurrency(),
+                           (pr.m + Kern::MR - 1) / Kern::MR * ((pr.n + Kern::NR - 1) / Kern::NR))));
+  if (parts == 1) return run_part<Kern>(pr, part{0, pr.m, 0, pr.n});
+  float amax = 0.f;
+  Kokkos::parallel_reduce(
+      "tessera::gemm[host_packed]",
+      Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts),
+      [&](const int id, float& mx) {
+        const float m = run_part<Kern>(pr, split(pr.m, pr.n, parts, id, Kern::MR, Kern::NR));
+        mx = m > mx ? m : mx;
+      },
+      Kokkos::Max<float>(amax));
+  exec.fence();
+  return amax;
+}
+
+} // namespace hostgemm
+
+#endif // !TESSERA_DEVICE_PASS
+
 template <class Exec, class Prob>
 float gemm_host(const Exec& exec, const Prob& pr) {
+#if !TESSERA_DEVICE_PASS
+  if constexpr (hostgemm::have_simd) {
+    if (pr.m == 0 || pr.n == 0) return 0.f;
+    return hostgemm::run_parallel<hostgemm::fma_kernel>(exec, pr);
+  } else {
+    return gemm_direct(exec, pr);
+  }
+#else
   return gemm_direct(exec, pr);
+#endif
 }
 
 } // namespace tessera::detail

@@ -80,7 +80,7 @@ bool overlaps(const V1& x, const V2& y) {
 }
 
 template <class V>
-std::string describe(const char* name, const V& v) {
+std::string gemm_describe(const char* name, const V& v) {
   std::string s = std::string(name) + " " + shape_string(v.extents()) + " strides (";
   for (std::size_t d = 0; d < V::rank; ++d) s += (d ? ", " : "") + std::to_string(v.stride(d));
   return s + ") " + precision_traits<typename V::precision>::name;
@@ -103,7 +103,7 @@ template <class VA, class VB, class VC, class Ops>
 void check_gemm_args(const char* who, const VA& a, const VB& b, const VC& c, const Ops& ops) {
   const index_t m = a.extent(0), k = a.extent(1), n = b.extent(1);
   const auto all = [&] {
-    return describe("A", a) + ", " + describe("B", b) + ", " + describe("C", c);
+    return gemm_describe("A", a) + ", " + gemm_describe("B", b) + ", " + gemm_describe("C", c);
   };
   if (b.extent(0) != k || c.extent(0) != m || c.extent(1) != n)
     throw shape_error(std::string(who) + ": " + all() + ": needs A (M, K), B (K, N), C (M, N)");
