@@ -44,12 +44,17 @@ namespace tessera::parallel {
 class request {
 public:
   request() = default;
-  explicit request(std::function<void()> finish) : finish_(std::move(finish)) {}
-  request(request&& o) noexcept : finish_(std::exchange(o.finish_, nullptr)) {}
+  /// `finish` blocks until done; `poll`, if given, returns whether the operation has completed
+  /// without blocking (and lets the library make progress, as MPI_Test does).
+  explicit request(std::function<void()> finish, std::function<bool()> poll = nullptr)
+      : finish_(std::move(finish)), poll_(std::move(poll)) {}
+  request(request&& o) noexcept
+      : finish_(std::exchange(o.finish_, nullptr)), poll_(std::exchange(o.poll_, nullptr)) {}
   request& operator=(request&& o) noexcept {
     if (this != &o) {
       wait();
       finish_ = std::exchange(o.finish_, nullptr);
+      poll_ = std::exchange(o.poll_, nullptr);
     }
     return *this;
   }
@@ -64,8 +69,16 @@ public:
   /// True while wait() still has work to do.
   bool pending() const noexcept { return static_cast<bool>(finish_); }
 
+  /// Non-blocking: drives the operation (MPI only progresses inside MPI calls) and returns
+  /// whether the transfer has completed; wait() is still needed for any post-processing.
+  bool poll() {
+    if (!finish_) return true;
+    return poll_ ? poll_() : false;
+  }
+
 private:
   std::function<void()> finish_;
+  std::function<bool()> poll_;
 };
 
 /// Element types communicators carry.

@@ -61,6 +61,15 @@ inline int mpi_count(const char* call, std::int64_t n) {
                       std::to_string(n) + " elements exceed MPI's int count");
   return static_cast<int>(n);
 }
+/// MPI_Test on a shared request; once complete, MPI sets it to MPI_REQUEST_NULL, and a later
+/// MPI_Wait returns at once.
+inline std::function<bool()> mpi_poll(std::shared_ptr<MPI_Request> req) {
+  return [req] {
+    int done = 0;
+    MPI_Test(req.get(), &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  };
+}
 inline std::vector<float> widen(const bfloat16* x, std::int64_t n) {
   std::vector<float> w(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) w[std::size_t(i)] = x[i].to_float();
@@ -146,16 +155,18 @@ public:
       detail::mpi_check(
           MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, *comm_, req.get()),
           "iall_reduce_sum");
-      return request([req] { MPI_Wait(req.get(), MPI_STATUS_IGNORE); });
+      return request([req] { MPI_Wait(req.get(), MPI_STATUS_IGNORE); }, detail::mpi_poll(req));
     } else {
       auto w = std::make_shared<std::vector<float>>(detail::widen(buf, n));
       detail::mpi_check(
           MPI_Iallreduce(MPI_IN_PLACE, w->data(), count, MPI_FLOAT, MPI_SUM, *comm_, req.get()),
           "iall_reduce_sum");
-      return request([req, w, buf, n] {
-        MPI_Wait(req.get(), MPI_STATUS_IGNORE);
-        detail::narrow(w->data(), buf, n);
-      });
+      return request(
+          [req, w, buf, n] {
+            MPI_Wait(req.get(), MPI_STATUS_IGNORE);
+            detail::narrow(w->data(), buf, n);
+          },
+          detail::mpi_poll(req));
     }
   }
 
@@ -226,7 +237,7 @@ public:
     detail::mpi_check(MPI_Isend(buf, detail::mpi_count("isend", n), detail::mpi_type<T>(), peer,
                                 tag, *comm_, req.get()),
                       "isend");
-    return request([req] { MPI_Wait(req.get(), MPI_STATUS_IGNORE); });
+    return request([req] { MPI_Wait(req.get(), MPI_STATUS_IGNORE); }, detail::mpi_poll(req));
   }
 
   template <CommScalar T>
@@ -236,7 +247,7 @@ public:
     detail::mpi_check(MPI_Irecv(buf, detail::mpi_count("irecv", n), detail::mpi_type<T>(), peer,
                                 tag, *comm_, req.get()),
                       "irecv");
-    return request([req] { MPI_Wait(req.get(), MPI_STATUS_IGNORE); });
+    return request([req] { MPI_Wait(req.get(), MPI_STATUS_IGNORE); }, detail::mpi_poll(req));
   }
 
   bool all_of(bool flag) {

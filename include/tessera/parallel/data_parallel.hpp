@@ -1,0 +1,210 @@
+#pragma once
+/// \file parallel/data_parallel.hpp
+/// Data parallelism: gradients averaged across the data group by bucketed, non-blocking
+/// all-reduces that start while backward is still running, and steps skipped consistently.
+///
+///   tessera::parallel::gradient_buckets dp(mesh.data, model.parameters(), 1 << 20); // 1 MiB
+///   // backward, layer by layer from the last: after a layer's gradients are final,
+///   dp.mark_ready(param);      // a bucket whose parameters are all ready starts its all-reduce
+///   dp.finish();               // waits for every bucket; gradients now hold the group average
+///   bool applied = tessera::parallel::consistent_step(exec, opt, scaler, params, mesh.world);
+///
+/// Buckets are filled in reverse parameter order, the order backward produces gradients, each
+/// closing once it holds at least `bucket_bytes` (as PyTorch DDP does; a parameter larger than
+/// that is a bucket of its own). The first bucket's all-reduce is in flight while the layers
+/// before it run their backward. A parameter never marked is reduced by finish(): forgetting a
+/// mark costs overlap, never correctness.
+///
+/// Averaging assumes every rank's loss is the mean over an equal share of the global batch:
+/// the average of the ranks' gradients is then the gradient of the global-batch mean.
+
+#include <tessera/nn/parameter.hpp>
+#include <tessera/parallel/communicator.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <boost/hana/for_each.hpp>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera::parallel {
+
+/// Bucketed gradient all-reduce over a data-parallel communicator (see the file comment).
+/// Wire is float (default) or bfloat16: the precision the buckets travel in (bf16 halves the
+/// bytes; the sum is still computed in fp32, then each gradient rounds to bf16 once).
+template <Communicator C, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space,
+          class Wire = float>
+class gradient_buckets {
+  static_assert(std::is_same_v<Wire, float> || std::is_same_v<Wire, bfloat16>,
+                "tessera::parallel::gradient_buckets: Wire must be float or tessera::bfloat16");
+
+public:
+  /// Groups `params` (a hana tuple of nn::parameter in MemorySpace) into buckets of at least
+  /// `bucket_bytes` (in Wire bytes). Throws value_error if bucket_bytes is 0 or two
+  /// parameters share a gradient buffer.
+  template <class Params>
+  gradient_buckets(C comm, const Params& params, std::size_t bucket_bytes)
+      : comm_(std::move(comm)), bucket_bytes_(bucket_bytes) {
+    if (bucket_bytes == 0)
+      throw value_error("tessera::parallel::gradient_buckets: bucket_bytes must be positive");
+    boost::hana::for_each(params, [&](const auto& p) {
+      static_assert(nn::Parameter<decltype(p)>,
+                    "tessera::parallel::gradient_buckets: every element must be an "
+                    "nn::parameter (what a model's parameters() returns)");
+      static_assert(
+          std::is_same_v<typename std::remove_cvref_t<decltype(p)>::memory_space, MemorySpace>,
+          "tessera::parallel::gradient_buckets: the parameters live in another "
+          "memory space than MemorySpace");
+      slots_.push_back({p.name, grad_view(p.grad.data(), std::size_t(p.size())), 0, 0});
+    });
+    // Reverse order: the last layer's gradients are final first.
+    std::size_t bytes = 0;
+    for (std::size_t k = slots_.size(); k-- > 0;) {
+      if (buckets_.empty() || bytes >= bucket_bytes_) {
+        buckets_.push_back({});
+        bytes = 0;
+      }
+      bucket& b = buckets_.back();
+      slot& s = slots_[k];
+      s.bucket = buckets_.size() - 1;
+      s.offset = b.elements;
+      b.slots.push_back(k);
+      b.elements += s.grad.extent(0);
+      bytes += s.grad.extent(0) * sizeof(Wire);
+      if (!index_.emplace(s.grad.data(), k).second)
+        throw value_error("tessera::parallel::gradient_buckets: parameters '" + s.name + "' and '" +
+                          slots_[index_[s.grad.data()]].name + "' share a gradient buffer");
+    }
+    for (bucket& b : buckets_) {
+      b.flat = host_view("tessera::parallel::gradient_buckets::flat", b.elements);
+      if constexpr (std::is_same_v<Wire, bfloat16>) b.wire.resize(b.elements);
+      b.pending = b.slots.size();
+    }
+  }
+
+  /// The gradient of `p` (one of the parameters given at construction) is final for this step.
+  /// When it completes its bucket, the bucket is packed and its all-reduce started. Marking a
+  /// parameter twice in one step throws value_error.
+  template <class Exec, nn::Parameter P>
+  void mark_ready(const Exec& exec, const P& p) {
+    const auto it = index_.find(p.grad.data());
+    if (it == index_.end())
+      throw value_error("tessera::parallel::gradient_buckets::mark_ready: '" + p.name +
+                        "' is not one of the parameters the buckets were built for");
+    slot& s = slots_[it->second];
+    if (s.ready)
+      throw value_error("tessera::parallel::gradient_buckets::mark_ready: '" + p.name +
+                        "' was marked twice in one step");
+    s.ready = true;
+    bucket& b = buckets_[s.bucket];
+    if (--b.pending == 0) start(exec, b);
+    poll();
+  }
+
+  /// Lets in-flight all-reduces progress (MPI progresses only inside MPI calls): call it
+  /// between layers' backwards for more overlap. Non-blocking.
+  void poll() {
+    for (bucket& b : buckets_)
+      if (b.started) b.req.poll();
+  }
+
+  /// Starts the buckets not started yet, waits for all, and writes the average over the
+  /// communicator into every gradient. Ready for the next step afterwards.
+  template <class Exec>
+  void finish(const Exec& exec) {
+    for (bucket& b : buckets_)
+      if (!b.started) start(exec, b);
+    const float inv = 1.0f / float(comm_.size());
+    for (bucket& b : buckets_) {
+      b.req.wait();
+      if constexpr (std::is_same_v<Wire, bfloat16>)
+        for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) = b.wire[i].to_float();
+      for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) *= inv;
+      for (std::size_t k : b.slots) {
+        slot& s = slots_[k];
+        Kokkos::deep_copy(exec, s.grad, Kokkos::subview(b.flat, range(s.offset, s.grad.extent(0))));
+        s.ready = false;
+      }
+      b.started = false;
+      b.pending = b.slots.size();
+    }
+    exec.fence();
+  }
+
+  std::size_t bucket_count() const noexcept { return buckets_.size(); }
+  /// Parameters in bucket i, by index into the parameter tuple (in the order reduced).
+  const std::vector<std::size_t>& bucket_parameters(std::size_t i) const {
+    return buckets_.at(i).slots;
+  }
+  /// Bytes this rank hands to all-reduce per step: the gradient count times sizeof(Wire).
+  std::size_t bytes_per_step() const noexcept {
+    std::size_t n = 0;
+    for (const bucket& b : buckets_) n += b.elements;
+    return n * sizeof(Wire);
+  }
+  const C& communicator() const noexcept { return comm_; }
+
+private:
+  using grad_view = Kokkos::View<float*, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using host_view = Kokkos::View<float*, Kokkos::HostSpace>;
+  static Kokkos::pair<std::size_t, std::size_t> range(std::size_t offset, std::size_t n) {
+    return {offset, offset + n};
+  }
+
+  struct slot {
+    std::string name;
+    grad_view grad;
+    std::size_t bucket = 0, offset = 0;
+    bool ready = false;
+  };
+  struct bucket {
+    std::vector<std::size_t> slots;
+    std::size_t elements = 0, pending = 0;
+    host_view flat;
+    std::vector<bfloat16> wire;
+    request req;
+    bool started = false;
+  };
+
+  template <class Exec>
+  void start(const Exec& exec, bucket& b) {
+    exec.fence(); // the backward kernels that wrote these gradients have finished
+    for (std::size_t k : b.slots) {
+      const slot& s = slots_[k];
+      Kokkos::deep_copy(exec, Kokkos::subview(b.flat, range(s.offset, s.grad.extent(0))), s.grad);
+    }
+    exec.fence();
+    if constexpr (std::is_same_v<Wire, bfloat16>) {
+      for (std::size_t i = 0; i < b.elements; ++i) b.wire[i] = bfloat16::from_float(b.flat(i));
+      b.req = comm_.iall_reduce_sum(b.wire.data(), std::int64_t(b.elements));
+    } else {
+      b.req = comm_.iall_reduce_sum(b.flat.data(), std::int64_t(b.elements));
+    }
+    b.started = true;
+  }
+
+  C comm_;
+  std::size_t bucket_bytes_;
+  std::vector<slot> slots_;
+  std::vector<bucket> buckets_;
+  std::unordered_map<const float*, std::size_t> index_;
+};
+
+/// The training step of train::step, with the finite check agreed across `group`: if any
+/// rank's unscaled gradients hold an inf or NaN, every rank skips the step and every rank's
+/// scaler backs off, so the replicas stay identical. Returns whether the step was applied.
+/// (Scaler: unscale_and_check(exec, params) -> bool and update(bool); Optimizer: step(exec,
+/// params); as in tessera/train/.)
+template <class Exec, class Optimizer, class Scaler, class Params, Communicator C>
+bool consistent_step(const Exec& exec, Optimizer& opt, Scaler& scaler, const Params& params,
+                     C& group) {
+  const bool finite = group.all_of(scaler.unscale_and_check(exec, params));
+  if (finite) opt.step(exec, params);
+  scaler.update(finite);
+  return finite;
+}
+
+} // namespace tessera::parallel
