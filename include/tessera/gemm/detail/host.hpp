@@ -19,6 +19,8 @@
 /// never shrunk or reallocated in steady state), so parts never wait on each other and every C
 /// element is reduced over K in the same order for a given thread count (deterministic).
 
+#include <tessera/config/cpu.hpp>
+#include <tessera/gemm/detail/amx.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 #include <tessera/gemm/detail/reference.hpp>
 #include <tessera/simd/lanes.hpp>
@@ -412,6 +414,13 @@ float gemm_host(const Exec& exec, const Prob& pr) {
 #if !TESSERA_DEVICE_PASS
   if constexpr (hostgemm::have_simd) {
     if (pr.m == 0 || pr.n == 0) return 0.f;
+#if TESSERA_GEMM_AMX
+    using pa = typename Prob::pa;
+    using pb = typename Prob::pb;
+    if constexpr (hostgemm::amx_input_v<pa> && hostgemm::amx_input_v<pb>) {
+      if (cpu::amx_bf16_usable()) return hostgemm::run_parallel<hostgemm::amx_kernel>(exec, pr);
+    }
+#endif
     return hostgemm::run_parallel<hostgemm::fma_kernel>(exec, pr);
   } else {
     return gemm_direct(exec, pr);

@@ -1,0 +1,203 @@
+#pragma once
+/// \file gemm/detail/amx.hpp
+/// The AMX micro-kernel of gemm_algo::host_packed, for bf16 and fp8 inputs (any mix of bf16,
+/// fp8_e4m3, fp8_e5m2 for A and B): packing widens fp8 to bf16, exactly (every fp8 value is a
+/// bf16 value), and TDPBF16PS accumulates in fp32.
+///
+/// Register tile: 32 x 32 outputs in the 4 accumulator tiles C00 C01 C10 C11 (16 x 16 fp32
+/// each), fed per 32-step of K by 2 A tiles (16 rows x 32 bf16) and 2 B tiles (16 pairs of K x
+/// 16 columns, the "VNNI" layout of bf16 pairs): all 8 tile registers. Each step is 4
+/// TDPBF16PS (4 x 16 x 16 x 32 multiply-adds) for 4 KiB of tile loads.
+///
+/// Compiled only when the translation unit targets AMX (__AMX_TILE__ and __AMX_BF16__, e.g.
+/// -march=native on a Sapphire Rapids or later Xeon); used only when cpu::amx_bf16_usable()
+/// (CPU, OS and the Linux permission request) says so at run time.
+
+#include <tessera/config/cpu.hpp>
+#include <tessera/gemm/detail/problem.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if !TESSERA_DEVICE_PASS && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <immintrin.h>
+#define TESSERA_GEMM_AMX 1
+#else
+#define TESSERA_GEMM_AMX 0
+#endif
+
+namespace tessera::detail::hostgemm {
+
+/// bf16 bit patterns of the 256 codes of an fp8 format (exact widening), built once.
+template <class S>
+struct fp8_to_bf16_table {
+  std::uint16_t v[256];
+  constexpr fp8_to_bf16_table() : v{} {
+    for (int i = 0; i < 256; ++i) {
+      const float f = S{static_cast<std::uint8_t>(i)}.to_float();
+      v[i] = static_cast<std::uint16_t>(bit_cast<std::uint32_t>(f) >> 16);
+    }
+  }
+};
+
+/// bf16 bits of one element of storage type S (bf16: as is; fp8: exact; fp32: rounded).
+template <class S>
+inline std::uint16_t bf16_bits(S x) noexcept {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    return x.bits;
+  } else if constexpr (std::is_same_v<S, float>) {
+    return bfloat16::from_float(x).bits;
+  } else {
+    static constexpr fp8_to_bf16_table<S> table{};
+    return table.v[x.bits];
+  }
+}
+
+/// A contiguous run of n elements to bf16 bits.
+template <class S>
+inline void load_bf16(const S* src, std::uint16_t* dst, index_t n) noexcept {
+  if constexpr (std::is_same_v<S, bfloat16>) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * 2);
+  } else {
+    for (index_t i = 0; i < n; ++i) dst[i] = bf16_bits(src[i]);
+  }
+}
+
+template <class P>
+inline constexpr bool amx_input_v =
+    std::is_same_v<P, bf16> || std::is_same_v<P, fp8_e4m3> || std::is_same_v<P, fp8_e5m2>;
+
+#if TESSERA_GEMM_AMX
+
+struct amx_kernel {
+  static constexpr index_t MR = 32, NR = 32;
+  /// KC: a B micro-panel (KC x NR bf16 = 512 * 32 * 2 = 32 KiB) stays in the 48 KiB L1d.
+  static constexpr index_t KC = 512;
+  /// MC: the packed A block (MC x KC bf16 = 256 * 512 * 2 = 256 KiB) stays in the 2 MiB L2.
+  static constexpr index_t MC = 256;
+  /// NC: the B slice (KC x NC bf16 = 2 MiB at 2048) as for the FMA kernel.
+  static constexpr index_t NC_max = 2048;
+  static constexpr std::size_t ws_bytes = std::size_t(8) << 20;
+  using packed_t = std::uint16_t;
+  /// K is padded with zeros to whole 32-element tile steps.
+  static constexpr index_t k_align = 32;
+
+  /// A(i0.., p0..) into panels of 32 rows: [kcp/32][32 rows][32 k], zero-padded.
+  template <class VA>
+  static void pack_a(const VA& a, index_t i0, index_t mc, index_t p0, index_t kc,
+                     std::uint16_t* dst) {
+    using S = typename VA::storage_type;
+    const index_t s0 = a.stride(0), s1 = a.stride(1), kcp = (kc + 31) / 32 * 32;
+    const S* base = a.data();
+    std::uint16_t row[KC];
+    for (index_t ip = 0; ip < mc; ip += MR) {
+      std::uint16_t* d = dst + ip * kcp;
+      const index_t rows = std::min(MR, mc - ip);
+      for (index_t r = 0; r < MR; ++r) {
+        if (r < rows) {
+          const S* src = base + (i0 + ip + r) * s0 + p0 * s1;
+          if (s1 == 1) {
+            load_bf16(src, row, kc);
+          } else {
+            for (index_t p = 0; p < kc; ++p) row[p] = bf16_bits(src[p * s1]);
+          }
+          for (index_t p = kc; p < kcp; ++p) row[p] = 0;
+        } else {
+          std::memset(row, 0, static_cast<std::size_t>(kcp) * 2);
+        }
+        for (index_t kk = 0; kk < kcp; kk += 32)
+          std::memcpy(d + (kk + r) * 32, row + kk, 64); // (kk/32 * 32 + r) * 32 = (kk + r) * 32
+      }
+    }
+  }
+
+  /// B(p0.., j0..) into panels of 32 columns: [kcp/32][tile 0..1][16 pairs][16 cols][2].
+  template <class VB>
+  static void pack_b(const VB& b, index_t p0, index_t kc, index_t j0, index_t nc,
+                     std::uint16_t* dst) {
+    using S = typename VB::storage_type;
+    const index_t s0 = b.stride(0), s1 = b.stride(1), kcp = (kc + 31) / 32 * 32;
+    const S* base = b.data();
+    std::uint16_t run[KC > NR ? KC : NR];
+    for (index_t jp = 0; jp < nc; jp += NR) {
+      std::uint16_t* d = dst + jp * kcp;
+      const index_t cols = std::min(NR, nc - jp);
+      const auto at = [&](index_t p, index_t j) -> std::uint16_t& {
+        return d[(p >> 5) * 1024 + (j >> 4) * 512 + ((p & 31) >> 1) * 32 + (j & 15) * 2 + (p & 1)];
+      };
+      if (s0 == 1 || s1 != 1) {
+        // Columns are contiguous (or nothing is): one column of K at a time.
+        for (index_t j = 0; j < NR; ++j) {
+          if (j < cols) {
+            const S* src = base + p0 * s0 + (j0 + jp + j) * s1;
+            if (s0 == 1) {
+              load_bf16(src, run, kc);
+            } else {
+              for (index_t p = 0; p < kc; ++p) run[p] = bf16_bits(src[p * s0]);
+            }
+            for (index_t p = kc; p < kcp; ++p) run[p] = 0;
+          } else {
+            std::memset(run, 0, static_cast<std::size_t>(kcp) * 2);
+          }
+          for (index_t p = 0; p < kcp; ++p) at(p, j) = run[p];
+        }
+      } else {
+        // Rows are contiguous: interleave rows p and p + 1 into bf16 pairs.
+        for (index_t p = 0; p < kcp; ++p) {
+          if (p < kc) {
+            load_bf16(base + (p0 + p) * s0 + j0 + jp, run, cols);
+            for (index_t j = cols; j < NR; ++j) run[j] = 0;
+          } else {
+            std::memset(run, 0, sizeof(std::uint16_t) * NR);
+          }
+          std::uint16_t* row = d + (p >> 5) * 1024 + ((p & 31) >> 1) * 32 + (p & 1);
+          for (index_t j = 0; j < 16; ++j) row[j * 2] = run[j];
+          for (index_t j = 0; j < 16; ++j) row[512 + j * 2] = run[16 + j];
+        }
+      }
+    }
+  }
+
+  /// Tile configuration (palette 1): 8 tiles of 16 rows x 64 bytes.
+  struct alignas(64) tile_config {
+    std::uint8_t palette = 1, start_row = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  };
+  static void begin() {
+    static const tile_config cfg{};
+    _tile_loadconfig(&cfg);
+  }
+  static void end() { _tile_release(); }
+
+  /// t (32 x 32 fp32, row-major) = a_panel * b_panel over kcp (a multiple of 32).
+  static void micro(index_t kcp, const std::uint16_t* a, const std::uint16_t* b, float* t) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (index_t kk = 0; kk < kcp; kk += 32) {
+      const std::uint16_t* ak = a + kk * 32;
+      const std::uint16_t* bk = b + kk * 32;
+      _tile_loadd(4, ak, 64);
+      _tile_loadd(6, bk, 64);
+      _tile_loadd(7, bk + 512, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, ak + 512, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, t, 128);
+    _tile_stored(1, t + 16, 128);
+    _tile_stored(2, t + 16 * 32, 128);
+    _tile_stored(3, t + 16 * 32 + 16, 128);
+  }
+};
+
+#endif // TESSERA_GEMM_AMX
+
+} // namespace tessera::detail::hostgemm
