@@ -1,0 +1,204 @@
+// nn::ReLU, GELU, MaxPool2d, Flatten: finite-difference gradient checks (inputs kept away from
+// kinks, see nn_testing.hpp), values against direct definitions; SoftmaxCrossEntropy against a
+// double-precision reference (loss value, and dlogits against central differences of that
+// reference), its stability for huge logits, and its errors.
+#include "nn_testing.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace tessera;          // NOLINT: test file
+using namespace tessera::testing; // NOLINT
+
+namespace {
+
+const Kokkos::DefaultExecutionSpace exec;
+
+// Element-wise layers: perturbing x_i changes y_i only; its fp32 rounding (2^-24 |y_i|, |y| <= 2)
+// on L+ and L-, divided by 2h = 0.02, stays below 1e-5.
+constexpr double elementwise_noise = 1e-5;
+
+/// Values uniform in +-[0.1, 1]: |x| >= 0.1 keeps ReLU's kink 10 h away.
+std::vector<double> away_from_zero(std::size_t n, std::uint64_t seed) {
+  auto v = uniform_values(n, seed, 0.1, 1.0);
+  std::mt19937_64 g(seed + 1);
+  for (auto& x : v) x = (g() & 1) ? x : -x;
+  return v;
+}
+
+template <class Layer>
+void elementwise_gradients(const char* name, index_t B, index_t C, index_t H, index_t W,
+                           std::uint64_t seed) {
+  INFO(name << " on (" << B << ", " << C << ", " << H << ", " << W << ")");
+  Layer layer;
+  const auto n = static_cast<std::size_t>(B * C * H * W);
+  auto x = tensor_from<fp32>(away_from_zero(n, seed), dextents<4>(B, C, H, W));
+  const auto y = layer.forward(exec, x);
+  const auto r = uniform_values(n, seed + 2);
+  const auto dx = to_host(layer.backward(exec, tensor_from<fp32>(r, y.extents())));
+  check_tensor_gradient(
+      name, x, dx, [&] { return dot(layer.forward(exec, x), r); }, 0.01f, elementwise_noise,
+      seed + 3);
+}
+
+template <index_t K>
+void maxpool_case(index_t B, index_t C, index_t H, index_t W, std::uint64_t seed) {
+  INFO("MaxPool2d<" << K << "> on (" << B << ", " << C << ", " << H << ", " << W << ")");
+  nn::MaxPool2d<K> pool;
+  const auto n = static_cast<std::size_t>(B * C * H * W);
+  // Distinct values 0.05 apart (a shuffled ramp): no window has two maxima within 2h = 0.02.
+  std::vector<double> v(n);
+  std::iota(v.begin(), v.end(), 0.0);
+  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
+  for (auto& e : v) e = -1 + 0.05 * e;
+  auto x = tensor_from<fp32>(v, dextents<4>(B, C, H, W));
+  const auto y = pool.forward(exec, x);
+  const index_t P = H / K, Q = W / K;
+  REQUIRE(y.extent(2) == P);
+  REQUIRE(y.extent(3) == Q);
+  // Values: the maximum of each window, by definition.
+  const auto yh = to_doubles(y);
+  for (index_t bc = 0; bc < B * C; ++bc)
+    for (index_t p = 0; p < P; ++p)
+      for (index_t q = 0; q < Q; ++q) {
+        double m = -1e30;
+        for (index_t i = 0; i < K; ++i)
+          for (index_t j = 0; j < K; ++j)
+            m = std::max(m, v[static_cast<std::size_t>((bc * H + p * K + i) * W + q * K + j)]);
+        REQUIRE(yh[static_cast<std::size_t>((bc * P + p) * Q + q)] == static_cast<float>(m));
+      }
+  const auto r = uniform_values(static_cast<std::size_t>(y.size()), seed + 2);
+  const auto dx = to_host(pool.backward(exec, tensor_from<fp32>(r, y.extents())));
+  REQUIRE(dx.extent(2) == H);
+  check_tensor_gradient(
+      "MaxPool2d dx", x, dx, [&] { return dot(pool.forward(exec, x), r); }, 0.01f,
+      elementwise_noise, seed + 3);
+}
+
+/// -mean log softmax in double, the independent reference.
+double reference_ce(const std::vector<double>& l, const std::vector<int>& y, index_t C) {
+  const index_t B = static_cast<index_t>(y.size());
+  double total = 0;
+  for (index_t i = 0; i < B; ++i) {
+    double m = -1e300;
+    for (index_t j = 0; j < C; ++j) m = std::max(m, l[static_cast<std::size_t>(i * C + j)]);
+    double s = 0;
+    for (index_t j = 0; j < C; ++j) s += std::exp(l[static_cast<std::size_t>(i * C + j)] - m);
+    total += m + std::log(s) - l[static_cast<std::size_t>(i * C + y[static_cast<std::size_t>(i)])];
+  }
+  return total / double(B);
+}
+
+Kokkos::View<int*> labels_view(const std::vector<int>& y) {
+  Kokkos::View<int*> v("labels", y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) v(i) = y[i];
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("nn::ReLU and nn::GELU: values and gradients", "[nn][activation]") {
+  std::mt19937_64 g(21);
+  for (int rep = 0; rep < 4; ++rep) {
+    const index_t B = 1 + index_t(g() % 4), C = 1 + index_t(g() % 5), H = 1 + index_t(g() % 7),
+                  W = 1 + index_t(g() % 7);
+    elementwise_gradients<nn::ReLU>("ReLU", B, C, H, W, g() % 1000);
+    elementwise_gradients<nn::GELU>("GELU", B, C, H, W, g() % 1000);
+  }
+  // Values: ReLU is max(x, 0); GELU x * Phi(x) against std::erf in double, within fp32 rounding
+  // of a few operations (8 u |x| + 1e-7 absolute for erf's own error near 0).
+  const std::vector<double> v = {-3, -1.5, -0.25, 0, 0.125, 0.5, 1, 2.5, 7};
+  auto x = tensor_from<fp32>(v, extents<dyn, 3>(3));
+  nn::ReLU relu;
+  nn::GELU gelu;
+  const auto r = to_doubles(relu.forward(exec, x)), ge = to_doubles(gelu.forward(exec, x));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    CHECK(r[i] == std::max(v[i], 0.0));
+    const double want = v[i] * 0.5 * (1 + std::erf(v[i] / std::sqrt(2.0)));
+    CHECK(std::abs(ge[i] - want) <= 8 * u32 * std::abs(v[i]) + 1e-7);
+  }
+}
+
+TEST_CASE("nn::MaxPool2d: window maxima and gradients routed to them", "[nn][pool]") {
+  std::mt19937_64 g(22);
+  for (int rep = 0; rep < 4; ++rep) {
+    const index_t B = 1 + index_t(g() % 3), C = 1 + index_t(g() % 3), H = 3 + index_t(g() % 6),
+                  W = 3 + index_t(g() % 6);
+    maxpool_case<2>(B, C, H, W, g() % 1000);
+    maxpool_case<3>(B, C, H, W, g() % 1000);
+  }
+  nn::MaxPool2d<2> pool;
+  CHECK_THROWS_AS(pool.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 1, 1, 5)), shape_error);
+}
+
+TEST_CASE("nn::Flatten: shares memory, backward restores the shape", "[nn][flatten]") {
+  nn::Flatten flat;
+  auto x = tensor_from<fp32>(uniform_values(2 * 3 * 4 * 5, 3), extents<dyn, 3, 4, 5>(2));
+  const auto y = flat.forward(exec, x);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(y)>::extents_type, extents<dyn, 60>>);
+  CHECK(y.data() == x.data());
+  const auto dx = flat.backward(exec, y);
+  CHECK(dx.extent(0) == 2);
+  CHECK(dx.extent(1) == 3);
+  CHECK(dx.extent(3) == 5);
+  CHECK_THROWS_AS(flat.backward(exec, Tensor<fp32, extents<dyn, 60>>("dy", 3)), shape_error);
+}
+
+TEST_CASE("nn::SoftmaxCrossEntropy: loss and gradient against a double reference", "[nn][loss]") {
+  std::mt19937_64 g(23);
+  for (int rep = 0; rep < 20; ++rep) {
+    const index_t B = 1 + index_t(g() % 70), C = 1 + index_t(g() % 12);
+    const double spread = rep % 4 == 3 ? 30.0 : 3.0; // also confident predictions
+    INFO("B " << B << ", C " << C << ", logits in +-" << spread);
+    const auto l = uniform_values(static_cast<std::size_t>(B * C), g(), -spread, spread);
+    std::vector<int> y(static_cast<std::size_t>(B));
+    for (auto& e : y) e = static_cast<int>(g() % static_cast<std::uint64_t>(C));
+    const auto logits = tensor_from<fp32>(l, dextents<2>(B, C));
+    nn::SoftmaxCrossEntropy ce;
+    const float scale = rep % 2 ? 1.f : 1024.f; // a loss scale multiplies the gradient only
+    const auto [loss, d] = ce.forward_backward(exec, logits, labels_view(y), scale);
+    const double want = reference_ce(l, y, C);
+    // Per row: C exps and a sum in fp32, relative error <= (C + 4) u of the row's terms (at
+    // most 2 spread + log C); the mean of rows is exact in double, then rounded to float.
+    const double row_bound = double(C + 4) * u32 * (2 * spread + std::log(double(C)) + 1);
+    CHECK(std::abs(loss - want) <= row_bound + u32 * std::abs(want));
+    CHECK(ce.forward(exec, logits, labels_view(y)) == loss);
+    // dlogits against central differences of the double reference (h = 1e-4: truncation
+    // h^2 / 6 |L'''| <= 1e-9, rounding 1e-16 / 1e-4): the fp32 kernel's error dominates, a
+    // few u per element of a value <= 1/B, times the scale.
+    const auto dh = to_doubles(d);
+    int misses = 0;
+    for (index_t i = 0; i < B * C; ++i) {
+      auto lp = l, lm = l;
+      lp[static_cast<std::size_t>(i)] += 1e-4;
+      lm[static_cast<std::size_t>(i)] -= 1e-4;
+      const double fd = scale * (reference_ce(lp, y, C) - reference_ce(lm, y, C)) / 2e-4;
+      const double tol = scale * (double(C + 8) * u32 / double(B) + 1e-8);
+      if (std::abs(dh[static_cast<std::size_t>(i)] - fd) > tol && misses++ < 5)
+        FAIL_CHECK("dlogits[" << i << "] " << dh[static_cast<std::size_t>(i)] << " vs " << fd);
+    }
+    CHECK(misses == 0);
+  }
+}
+
+TEST_CASE("nn::SoftmaxCrossEntropy: stable for huge logits, bf16 logits, bad labels",
+          "[nn][loss]") {
+  nn::SoftmaxCrossEntropy ce;
+  // exp(1e4) overflows float: a naive softmax gives inf / NaN. Row 0 is confidently right (loss
+  // exp(-2e4) ~ 0), row 1 confidently wrong by 2e4.
+  const std::vector<double> l = {1e4, -1e4, 1e4, -1e4};
+  const auto logits = tensor_from<fp32>(l, dextents<2>(2, 2));
+  const auto [loss, d] = ce.forward_backward(exec, logits, labels_view({0, 1}));
+  CHECK(loss == Approx(1e4).epsilon(1e-6)); // (0 + 2e4) / 2
+  const auto dh = to_doubles(d);
+  CHECK(dh == std::vector<double>{0, 0, 0.5, -0.5});
+
+  const auto lb = tensor_from<bf16>({0.5, -0.25, 2}, dextents<2>(1, 3));
+  const auto [lossb, db] = ce.forward_backward(exec, lb, labels_view({2}));
+  CHECK(std::abs(lossb - reference_ce({0.5, -0.25, 2}, {2}, 3)) < 1e-6);
+  CHECK(std::is_same_v<typename std::remove_cvref_t<decltype(db)>::precision, bf16>);
+
+  CHECK_THROWS_AS(ce.forward_backward(exec, logits, labels_view({0, 2})), value_error);
+  CHECK_THROWS_AS(ce.forward_backward(exec, logits, labels_view({-1, 0})), value_error);
+  CHECK_THROWS_AS(ce.forward_backward(exec, logits, labels_view({0})), shape_error);
+}
