@@ -202,6 +202,12 @@ float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const
       oc.view.stride(0) < oc.view.extent(2) * oc.view.stride(2))
     throw shape_error("tessera::gemm_batched: " + detail::gemm_describe("C", oc.view) +
                       ": the matrices of C overlap (batch stride too small)");
+  // Whole-batch aliasing: C[i] must not overlap A[j] or B[j] for any i, j.
+  if (detail::overlaps(oc.view, oa.view) || detail::overlaps(oc.view, ob.view))
+    throw shape_error("tessera::gemm_batched: " + detail::gemm_describe("A", oa.view) + ", " +
+                      detail::gemm_describe("B", ob.view) + ", " +
+                      detail::gemm_describe("C", oc.view) +
+                      ": C overlaps A or B in memory (aliasing)");
   float amax = 0.f;
   if (nb == 0) return amax;
   // Check every matrix before writing any (the output is unchanged on error).
