@@ -2,9 +2,11 @@
 /// \file train.hpp
 /// Entry header of train/: mixed-precision training machinery — optimizers with fp32 state
 /// (sgd, adamw), loss scaling (static_scaler, dynamic_scaler<Policy>), the scaled step
-/// (train::step), fp8 scaling recipes (fp8_meta<current_scaling | delayed_scaling>, hybrid).
+/// (train::step), fp8 scaling recipes (fp8_meta<current_scaling | delayed_scaling>, hybrid),
+/// checkpoints (save_checkpoint / load_checkpoint).
 
 #include <tessera/train/adamw.hpp>
+#include <tessera/train/checkpoint.hpp>
 #include <tessera/train/fp8_recipe.hpp>
 #include <tessera/train/loss_scaler.hpp>
 #include <tessera/train/sgd.hpp>

@@ -89,15 +89,19 @@ struct optimizer_state {
   /// same parameters (count, names, sizes) are passed, throwing shape_error naming `who`.
   template <class Params>
   void bind(const char* who, const Params& params) {
-    if (!created) {
-      require_unique_names(who, params);
-      for_each_parameter(params, [&](const auto& p, std::size_t) {
-        names.push_back(p.name);
-        sizes.push_back(p.size());
-      });
-      created = true;
-      return;
-    }
+    if (created) return check_same(who, params);
+    require_unique_names(who, params);
+    for_each_parameter(params, [&](const auto& p, std::size_t) {
+      names.push_back(p.name);
+      sizes.push_back(p.size());
+    });
+    created = true;
+  }
+
+  /// Throws shape_error naming `who` unless params are the parameters the state was created
+  /// for (count, names, sizes, in order).
+  template <class Params>
+  void check_same(const char* who, const Params& params) const {
     const std::size_t n = count_parameters(params);
     if (n != names.size())
       throw shape_error(std::string(who) + ": the optimizer state was created for " +
