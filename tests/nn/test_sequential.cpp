@@ -1,0 +1,125 @@
+// nn::Sequential: compile-time shape propagation, parameter list (names, order, sharing), seeds,
+// and a finite-difference gradient check of a whole small CNN under the cross-entropy loss.
+#include "nn_testing.hpp"
+
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/length.hpp>
+
+using namespace tessera;          // NOLINT: test file
+using namespace tessera::testing; // NOLINT
+
+namespace {
+
+const Kokkos::DefaultExecutionSpace exec;
+
+template <class P = fp32>
+using FashionCNN =
+    nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>,
+                   nn::ReLU, nn::MaxPool2d<2>, nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}, P>,
+                   nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128, P>, nn::ReLU,
+                   nn::Linear<128, 10, P>>;
+
+// Shapes are propagated at compile time, layer by layer.
+using in_t = extents<dyn, 1, 28, 28>;
+static_assert(std::is_same_v<FashionCNN<>::output_extents<in_t>, extents<dyn, 10>>);
+static_assert(std::is_same_v<
+              nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}>,
+                             nn::MaxPool2d<2>>::output_extents<in_t>,
+              extents<dyn, 32, 14, 14>>);
+static_assert(std::is_same_v<nn::Sequential<nn::Conv2d<3, 8, 5, nn::conv_options{.stride = 2}>,
+                                            nn::Flatten>::output_extents<extents<dyn, 3, 31, 20>>,
+                             extents<dyn, 8 * 14 * 8>>);
+// A mismatch gives void (and, on instantiation, the sequential_link static_assert; see
+// tests/compile_fail/nn_sequential_mismatch.cpp).
+static_assert(!nn::Linear<100, 10>::accepts<extents<dyn, 128>>);
+static_assert(!nn::Conv2d<3, 8, 3>::accepts<extents<dyn, 1, 28, 28>>);
+static_assert(!nn::Conv2d<3, 8, 7>::accepts<extents<dyn, 3, 5, 5>>); // kernel larger than image
+
+// Smooth end to end (GELU, no max-pool kinks) so that central differences apply everywhere;
+// MaxPool2d's gradient is checked on its own in test_activations.cpp.
+using Small =
+    nn::Sequential<nn::Input<2, 7, 6>, nn::Conv2d<2, 3, 3, nn::conv_options{.stride = 2, .pad = 1}>,
+                   nn::GELU, nn::Flatten, nn::Linear<36, 5>, nn::GELU, nn::Linear<5, 4>>;
+
+} // namespace
+
+TEST_CASE("nn::Sequential: parameters are named, ordered and shared", "[nn][sequential]") {
+  FashionCNN<> model(3);
+  const auto params = model.parameters();
+  static_assert(decltype(boost::hana::length(params))::value == 8);
+  std::vector<std::string> names;
+  std::vector<index_t> sizes;
+  boost::hana::for_each(params, [&](const auto& p) {
+    names.push_back(p.name);
+    sizes.push_back(p.size());
+  });
+  CHECK(names == std::vector<std::string>{"1.weight", "1.bias", "4.weight", "4.bias", "8.weight",
+                                          "8.bias", "10.weight", "10.bias"});
+  CHECK(sizes == std::vector<index_t>{32 * 9, 32, 64 * 32 * 9, 64, 128 * 3136, 128, 1280, 10});
+  // Handles share the layers' storage.
+  CHECK(boost::hana::at_c<0>(params).value.data() == model.layer<1>().weight().value.data());
+  CHECK(boost::hana::at_c<7>(params).grad.data() == model.layer<10>().bias().grad.data());
+  // Layer i is initialised from (seed, i): the same as a standalone layer with that seed.
+  nn::Linear<128, 10> alone(counter_rng{3, 10}.bits(0));
+  CHECK(to_doubles(alone.weight().value) == to_doubles(model.layer<10>().weight().value));
+  FashionCNN<> again(3), other(4);
+  CHECK(to_doubles(again.layer<4>().weight().value) == to_doubles(model.layer<4>().weight().value));
+  CHECK(to_doubles(other.layer<4>().weight().value) != to_doubles(model.layer<4>().weight().value));
+}
+
+TEST_CASE("nn::Sequential: forward output shape, dynamic batch, input check", "[nn][sequential]") {
+  FashionCNN<> model(1);
+  for (index_t B : {1, 3, 64}) {
+    Tensor<fp32, in_t> x("x", B);
+    fill_uniform(x, 5, -1.f, 1.f);
+    const auto y = model.forward(exec, x);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(y)>::extents_type, extents<dyn, 10>>);
+    CHECK(y.extent(0) == B);
+  }
+  Tensor<fp32, dextents<4>> wrong("x", 2, 1, 28, 27);
+  CHECK_THROWS_AS(model.forward(exec, wrong), shape_error);
+}
+
+TEST_CASE("nn::Sequential: gradients of a small CNN under cross-entropy match finite "
+          "differences",
+          "[nn][sequential]") {
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    INFO("seed " << seed);
+    Small model(seed);
+    nn::SoftmaxCrossEntropy ce;
+    const index_t B = 3;
+    auto x = tensor_from<fp32>(uniform_values(B * 2 * 7 * 6, seed + 10),
+                               extents<dyn, 2, 7, 6>(B)); // (B, 2, 7, 6)
+    Kokkos::View<int*> y("y", B);
+    for (index_t i = 0; i < B; ++i) y(i) = static_cast<int>((seed + i) % 4);
+    const auto [l, d] = ce.forward_backward(exec, model.forward(exec, x), y);
+    const auto dx = to_host(model.backward(exec, d, /*need_input_grad=*/true));
+    const auto loss = [&] { return double(ce.forward(exec, model.forward(exec, x), y)); };
+    // The loss is smooth: truncation h^2/6 |L'''| ~ 1e-7 with h = 1e-3. The loss is an fp32 value
+    // ~2: its rounding (~2.4e-7), divided by 2h, is 1.2e-4 on each side; 4e-4 covers both and the
+    // sums' rounding inside the layers.
+    const float h = 1e-3f;
+    const double noise = 4e-4;
+    check_tensor_gradient("input", x, dx, loss, h, noise, seed, 1e-2);
+    int k = 0;
+    boost::hana::for_each(model.parameters(), [&](const auto& p) {
+      const auto g = to_host(p.grad);
+      check_tensor_gradient(p.name, p.value, g, loss, h, noise, seed + 20 + k++, 1e-2);
+    });
+  }
+}
+
+TEST_CASE("nn::Sequential: backward overwrites gradients (no accumulation)", "[nn][sequential]") {
+  Small model(9);
+  nn::SoftmaxCrossEntropy ce;
+  auto x = tensor_from<fp32>(uniform_values(4 * 84, 1), extents<dyn, 2, 7, 6>(4));
+  Kokkos::View<int*> y("y", 4);
+  const auto once = [&] {
+    const auto [l, d] = ce.forward_backward(exec, model.forward(exec, x), y);
+    model.backward(exec, d);
+    return to_doubles(model.layer<1>().weight().grad);
+  };
+  const auto g1 = once();
+  const auto g2 = once();
+  CHECK(g1 == g2);
+}
