@@ -23,11 +23,13 @@
 
 #include <Kokkos_Core.hpp>
 #include <boost/hana/for_each.hpp>
+#include <boost/hana/length.hpp>
 
 #include <cstddef>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tessera::parallel {
@@ -192,6 +194,40 @@ private:
   std::vector<bucket> buckets_;
   std::unordered_map<const float*, std::size_t> index_;
 };
+
+namespace detail {
+template <class Layer>
+constexpr bool layer_has_parameters() {
+  return decltype(boost::hana::length(std::declval<const Layer&>().parameters()))::value > 0;
+}
+template <class Model, std::size_t... J>
+constexpr bool parameters_before(std::index_sequence<J...>) {
+  return (layer_has_parameters<
+              std::remove_cvref_t<decltype(std::declval<Model&>().template layer<J>())>>() ||
+          ... || false);
+}
+template <std::size_t I, class Exec, class Model, class DY, class Buckets>
+void backward_marking(const Exec& exec, Model& model, const DY& dy, Buckets& buckets) {
+  constexpr bool before = parameters_before<Model>(std::make_index_sequence<I>{});
+  auto& layer = model.template layer<I>();
+  auto dx = layer.backward(exec, dy, before);
+  boost::hana::for_each(layer.parameters(), [&](const auto& p) { buckets.mark_ready(exec, p); });
+  if constexpr (I > 0) {
+    if constexpr (before) backward_marking<I - 1>(exec, model, dx, buckets);
+  }
+}
+} // namespace detail
+
+/// Model::backward (an nn::Sequential: layers from the last to the first, dy = dL/d(output) of
+/// the last forward), marking each layer's parameters ready in `buckets` as soon as that
+/// layer's backward has written them, so each full bucket's all-reduce starts while the earlier
+/// layers are still in backward. Layers before the first one with parameters are skipped (no
+/// gradient needed there). Call buckets.finish(exec) afterwards.
+template <class Exec, class Model, class DY, class Buckets>
+void backward_overlapped(const Exec& exec, Model& model, const DY& dy, Buckets& buckets) {
+  static_assert(Model::size() >= 1, "tessera::parallel::backward_overlapped: an empty model");
+  detail::backward_marking<Model::size() - 1>(exec, model, dy, buckets);
+}
 
 /// The training step of train::step, with the finite check agreed across `group`: if any
 /// rank's unscaled gradients hold an inf or NaN, every rank skips the step and every rank's

@@ -1,0 +1,96 @@
+#pragma once
+// Training runs of tessera::nn models that the plan-equivalence tests compare: a few SGD steps
+// (momentum 0.9) of softmax cross-entropy on a synthetic global batch, each data-parallel rank
+// on its contiguous share of every batch. The single-process run on the whole batch is the
+// reference.
+#include <tessera/nn.hpp>
+#include <tessera/parallel/data_parallel.hpp>
+#include <tessera/train/sgd.hpp>
+
+#include <boost/hana/for_each.hpp>
+
+#include <cstdint>
+#include <random>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera_test {
+
+namespace nn = tessera::nn;
+
+/// The model of examples/train_fashion_mnist.cpp.
+template <class P>
+using FashionCNN =
+    nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>,
+                   nn::ReLU, nn::MaxPool2d<2>, nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}, P>,
+                   nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128, P>, nn::ReLU,
+                   nn::Linear<128, 10, P>>;
+
+/// An MLP with odd widths (the tensor split needs even hidden widths: 36 and 20).
+template <class P>
+using MLP = nn::Sequential<nn::Linear<23, 36, P>, nn::ReLU, nn::Linear<36, 20, P>, nn::GELU,
+                           nn::Linear<20, 10, P>>;
+
+struct run_options {
+  int global_batch = 8;
+  int steps = 5;
+  std::size_t bucket_bytes = std::size_t(1) << 16;
+  std::uint64_t seed = 7;
+};
+
+/// Inputs in [-1, 1) and labels in [0, 10) of sample s at step t, the same on every rank.
+template <class X, class L>
+void fill_batch(int step, int first, X& x, L& labels) {
+  const tessera::index_t per_sample = x.size() / x.extent(0);
+  for (tessera::index_t s = 0; s < x.extent(0); ++s) {
+    std::mt19937 g(std::uint32_t(7919 * step + 104729 * (first + s) + 1));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (tessera::index_t i = 0; i < per_sample; ++i) x.data()[s * per_sample + i] = u(g);
+    labels(s) = int(g() % 10);
+  }
+}
+
+/// A zero input batch of B samples for Model (its first layer fixes the per-sample shape).
+template <class Model>
+auto make_input(tessera::index_t batch) {
+  using first = std::remove_cvref_t<decltype(std::declval<Model&>().template layer<0>())>;
+  return tessera::Tensor<tessera::fp32, typename first::input_extents>("x", batch);
+}
+
+/// All parameter values of a model, in order, as one vector.
+template <class Params>
+std::vector<float> flatten_values(const Params& params) {
+  std::vector<float> out;
+  boost::hana::for_each(params, [&](const auto& p) {
+    out.insert(out.end(), p.value.data(), p.value.data() + p.size());
+  });
+  return out;
+}
+
+/// Data-parallel training of Model over `comm` (the single-process communicator: the
+/// reference). Wire is the precision gradients travel in.
+template <class Model, class Wire = float, class C>
+std::vector<float> train_data_parallel(C comm, const run_options& o) {
+  Kokkos::DefaultExecutionSpace exec;
+  Model model(o.seed);
+  tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+  nn::SoftmaxCrossEntropy loss;
+  tessera::parallel::gradient_buckets<C, Kokkos::DefaultExecutionSpace::memory_space, Wire> dp(
+      comm, model.parameters(), o.bucket_bytes);
+  const int share = o.global_batch / comm.size(), first = comm.rank() * share;
+  for (int step = 0; step < o.steps; ++step) {
+    auto x = make_input<Model>(share);
+    Kokkos::View<int*> labels("labels", share);
+    fill_batch(step, first, x, labels);
+    auto y = model.forward(exec, x);
+    auto [l, dlogits] = loss.forward_backward(exec, y, labels);
+    (void)l;
+    tessera::parallel::backward_overlapped(exec, model, dlogits, dp);
+    dp.finish(exec);
+    opt.step(exec, model.parameters());
+  }
+  return flatten_values(model.parameters());
+}
+
+} // namespace tessera_test
