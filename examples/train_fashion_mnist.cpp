@@ -52,13 +52,13 @@ struct options {
   bool progress = true;
 };
 
-[[noreturn]] void usage(const char* msg) {
+[[noreturn]] void usage(const char* msg, int code = 2) {
   std::fprintf(stderr,
                "%s\nusage: train_fashion_mnist [--precision fp32|bf16|fp8] [--epochs N] "
                "[--threads N] [--limit N | --full] [--batch N] [--lr X] [--seed N] [--data DIR] "
                "[--checkpoint FILE] [--resume FILE] [--no-progress]\n",
                msg);
-  std::exit(2);
+  std::exit(code);
 }
 
 options parse(int argc, char** argv) {
