@@ -88,7 +88,7 @@ enum class amax_algorithm {
 
 /// Current (just-in-time) scaling: scale from the amax of the tensor being quantized.
 struct current_scaling {
-  /// The scaled amax lands 2^margin below max_finite (0: exactly on it).
+  /// The scaled amax lands 2^margin below max_finite (0: exactly on it); 0..64.
   int margin = 0;
 };
 
@@ -99,7 +99,7 @@ struct delayed_scaling {
   int history_len = 1024;
   /// max over the history, or the most recent entry.
   amax_algorithm amax_algo = amax_algorithm::max;
-  /// The scaled amax lands 2^margin below max_finite (0: exactly on it).
+  /// The scaled amax lands 2^margin below max_finite (0: exactly on it); 0..64.
   int margin = 0;
 };
 
