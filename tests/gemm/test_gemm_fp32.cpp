@@ -31,7 +31,7 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: every issue size on each axis", "[gemm][fp32
       index_t mnk[3] = {random_size(rng), random_size(rng), random_size(rng)};
       mnk[axis] = s;
       const matrix_form fa = random_form(rng, coin(rng)), fb = random_form(rng, coin(rng)),
-                        fc = random_form(rng, false);
+                        fc = random_form(rng, coin(rng));
       const float alpha = pick(rng, {1.f, -0.75f, 2.5f}), beta = pick(rng, {0.f, 1.f, 0.5f});
       const std::uint64_t seed = rng();
       if (!check_gemm_case<TestType, fp32, fp32, fp32>(mnk[0], mnk[1], mnk[2], fa, fb, fc, alpha,
@@ -48,7 +48,7 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: random triples", "[gemm][fp32]", all_configs
   for (int t = 0; t < 40; ++t) {
     const index_t m = size(rng), n = size(rng), k = size(rng);
     const matrix_form fa = random_form(rng, coin(rng)), fb = random_form(rng, coin(rng)),
-                      fc = random_form(rng, false);
+                      fc = random_form(rng, coin(rng));
     const float alpha = pick(rng, {1.f, 0.5f, -3.f}), beta = pick(rng, {0.f, 1.f, -0.25f});
     check_gemm_case<TestType, fp32, fp32, fp32>(m, n, k, fa, fb, fc, alpha, beta, rng());
   }
@@ -69,6 +69,24 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: NN NT TN TT with leading dimensions larger t
         check_gemm_case<TestType, fp32, fp32, fp32>(s[0], s[1], s[2], {ta, 3, 1}, {tb, 17, 2},
                                                     {false, 5, 3}, 1.f, 1.f, ++seed);
       }
+}
+
+TEMPLATE_LIST_TEST_CASE("gemm fp32: shapes straddling the host blocking", "[gemm][fp32]",
+                        all_configs) {
+  // host_packed's fp32 blocking (include/tessera/gemm/detail/host.hpp): KC = 256, MC = 14 * 24 =
+  // 336, NC up to 768, MR 14, NR 32; the AMX path's tiles are 32 x 32 with K in steps of 32.
+  // Each shape sits just below, at or just above a block edge, with C row-major (partial sums
+  // over K kept in C) and transposed (kept in a workspace), beta 0 and 1.
+  const index_t shapes[][3] = {{337, 50, 513}, {336, 64, 256}, {40, 769, 257},
+                               {335, 33, 255}, {15, 768, 512}, {29, 97, 769}};
+  std::uint64_t seed = base_seed + 20;
+  for (const auto& s : shapes)
+    for (const bool tc : {false, true}) {
+      check_gemm_case<TestType, fp32, fp32, fp32>(s[0], s[1], s[2], {false, 0, 0}, {tc, 1, 0},
+                                                  {tc, 0, 0}, 1.f, 0.f, ++seed);
+      check_gemm_case<TestType, fp32, fp32, fp32>(s[0], s[1], s[2], {true, 2, 0}, {false, 0, 0},
+                                                  {tc, 3, 1}, -0.5f, 1.f, ++seed);
+    }
 }
 
 TEMPLATE_LIST_TEST_CASE("gemm fp32: alpha and beta", "[gemm][fp32]", all_configs) {

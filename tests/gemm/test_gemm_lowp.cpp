@@ -57,6 +57,33 @@ TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("all 16 precision pairs of A x B into 
   CHECK(failures == 0);
 }
 
+TEMPLATE_LIST_TEST_CASE(
+    TESSERA_TEST_NAME("bf16 x bf16 and e4m3 x e5m2: every issue size on each axis"), "[gemm][lowp]",
+    TESSERA_TEST_CONFIGS) {
+  // As the fp32 sweep: each size of the list on M, then N, then K, the others drawn from the
+  // list below 1000, random transposes and leading dimensions. The AMX tiles (32 x 32, K in
+  // steps of 32 bf16 pairs) and the fp32 tiles (14 x 32) both meet their edges here.
+  std::mt19937_64 rng(base_seed + 300);
+  const auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  index_t failures = 0;
+  for (int axis = 0; axis < 3; ++axis)
+    for (const index_t s : issue_sizes()) {
+      index_t mnk[3] = {random_size(rng), random_size(rng), random_size(rng)};
+      mnk[axis] = s;
+      const matrix_form fa = random_form(rng, coin()), fb = random_form(rng, coin()),
+                        fc = random_form(rng, coin());
+      const float beta = coin() ? 0.f : 1.f;
+      const std::uint64_t seed = rng();
+      if (axis == 1)
+        failures += !check_gemm_case<TestType, fp8_e4m3, fp8_e5m2, fp32>(
+            mnk[0], mnk[1], mnk[2], fa, fb, fc, 1.f, beta, seed, lo, hi);
+      else
+        failures += !check_gemm_case<TestType, bf16, bf16, fp32>(mnk[0], mnk[1], mnk[2], fa, fb, fc,
+                                                                 1.f, beta, seed, lo, hi);
+    }
+  CHECK(failures == 0);
+}
+
 TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 C from fp32, bf16 and fp8 operands"),
                         "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   // One rounding to bf16 at the store on top of the fp32 bound; beta != 0 reads the old bf16 C.

@@ -15,6 +15,7 @@
 
 #include <tessera/config/cpu.hpp>
 #include <tessera/gemm/detail/problem.hpp>
+#include <tessera/precision/vector_convert.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -61,7 +62,20 @@ inline void load_bf16(const S* src, std::uint16_t* dst, index_t n) noexcept {
   if constexpr (std::is_same_v<S, bfloat16>) {
     std::memcpy(dst, src, static_cast<std::size_t>(n) * 2);
   } else {
-    for (index_t i = 0; i < n; ++i) dst[i] = bf16_bits(src[i]);
+    index_t i = 0;
+#if !TESSERA_DEVICE_PASS
+    if constexpr (simd::available && !std::is_same_v<S, float>) {
+      // fp8 codes -> float bit patterns in 32-bit lanes (precision/vector_convert.hpp's exact
+      // decode) -> their top 16 bits, which are the bf16 (the low 16 are zero for fp8 values).
+      using A = xsimd::default_arch;
+      constexpr index_t L = static_cast<index_t>(simd::lanes<A>::size);
+      for (; i + L <= n; i += L) {
+        const auto u = vector_decode<S, A>(simd::load_widened<A, 1>(src + i));
+        simd::store_narrowed<A, 2>(dst + i, u >> 16);
+      }
+    }
+#endif
+    for (; i < n; ++i) dst[i] = bf16_bits(src[i]);
   }
 }
 
@@ -77,9 +91,10 @@ struct amx_kernel {
   static constexpr index_t KC = 512;
   /// MC: the packed A block (MC x KC bf16 = 256 * 512 * 2 = 256 KiB) stays in the 2 MiB L2.
   static constexpr index_t MC = 256;
-  /// NC: the B slice (KC x NC bf16 = 2 MiB at 2048) as for the FMA kernel.
-  static constexpr index_t NC_max = 2048;
-  static constexpr std::size_t ws_bytes = std::size_t(8) << 20;
+  /// NC: the C block (MC x NC fp32 = 256 * 1024 * 4 = 1 MiB) stays in L2 across the KC slices;
+  /// the packed B block (K x NC bf16) is kept under 8 MiB (L3).
+  static constexpr index_t NC_max = 1024;
+  static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = std::uint16_t;
   /// K is padded with zeros to whole 32-element tile steps.
   static constexpr index_t k_align = 32;
@@ -144,17 +159,27 @@ struct amx_kernel {
           for (index_t p = 0; p < kcp; ++p) at(p, j) = run[p];
         }
       } else {
-        // Rows are contiguous: interleave rows p and p + 1 into bf16 pairs.
-        for (index_t p = 0; p < kcp; ++p) {
-          if (p < kc) {
-            load_bf16(base + (p0 + p) * s0 + j0 + jp, run, cols);
-            for (index_t j = cols; j < NR; ++j) run[j] = 0;
-          } else {
-            std::memset(run, 0, sizeof(std::uint16_t) * NR);
+        // Rows are contiguous: rows p and p + 1 interleaved into bf16 pairs, 16 columns (one
+        // 64-byte tile row) at a time.
+        std::uint16_t run1[NR];
+        for (index_t p = 0; p < kcp; p += 2) {
+          for (int h = 0; h < 2; ++h) {
+            std::uint16_t* r = h ? run1 : run;
+            if (p + h < kc) {
+              load_bf16(base + (p0 + p + h) * s0 + j0 + jp, r, cols);
+              for (index_t j = cols; j < NR; ++j) r[j] = 0;
+            } else {
+              std::memset(r, 0, sizeof(std::uint16_t) * NR);
+            }
           }
-          std::uint16_t* row = d + (p >> 5) * 1024 + ((p & 31) >> 1) * 32 + (p & 1);
-          for (index_t j = 0; j < 16; ++j) row[j * 2] = run[j];
-          for (index_t j = 0; j < 16; ++j) row[512 + j * 2] = run[16 + j];
+          std::uint16_t* row = d + (p >> 5) * 1024 + ((p & 31) >> 1) * 32;
+          for (index_t t = 0; t < 2; ++t) {
+            const __m512i lo = _mm512_cvtepu16_epi32(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 16 * t)));
+            const __m512i hi = _mm512_cvtepu16_epi32(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(run1 + 16 * t)));
+            _mm512_storeu_si512(row + 512 * t, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+          }
         }
       }
     }

@@ -157,12 +157,10 @@ struct fma_kernel {
   static constexpr index_t KC = 256;
   /// MC: the packed A block (MC x KC floats = 336 * 256 * 4 = 336 KiB) stays in the 2 MiB L2.
   static constexpr index_t MC = MR * 24;
-  /// NC: the packed B slice (KC x NC floats = 2 MiB at NC = 2048) is read from L2/L3, each
-  /// micro-panel once per MC block; 2048 columns pack A once for N <= 2048 (BLIS uses 3072+
-  /// on Skylake-X for the same reason).
-  static constexpr index_t NC_max = 2048;
-  /// When C cannot hold the partial sums, the fp32 workspace (M_part x NC) stays below 8 MiB.
-  static constexpr std::size_t ws_bytes = std::size_t(8) << 20;
+  /// NC: the C block (MC x NC fp32 = 336 * 768 * 4 = 1 MiB), updated once per KC slice, stays
+  /// in L2 beside the A block; the packed B block (K x NC) is kept under 8 MiB (L3).
+  static constexpr index_t NC_max = 1024;
+  static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = float;
   static constexpr index_t k_align = 1;
 
@@ -329,22 +327,22 @@ float run_part(const Prob& pr, const part& pt) {
   const bool multi = k > KC;
   bool direct = false;
   if constexpr (c_is_target<Prob>()) direct = pr.c.stride(1) == 1;
-  // NC: the packed B slice (KC x NC) is at most NC_max columns; with a workspace, the
-  // workspace (M_part x NC floats) is also kept under ws_bytes.
-  index_t nc_cap = Kern::NC_max;
-  if (multi && !direct)
-    nc_cap = std::clamp<index_t>(static_cast<index_t>(Kern::ws_bytes / 4) / pt.m / NR * NR, NR,
-                                 Kern::NC_max);
+  const index_t kpad = round_up(std::max<index_t>(k, 1), Kern::k_align);
+  // NC: the packed B block (K x NC) stays under b_bytes, and the C block (MC x NC fp32) under
+  // NC_max columns (see the kernels).
+  index_t nc_cap = static_cast<index_t>(Kern::b_bytes / sizeof(T)) / kpad / NR * NR;
+  nc_cap = std::clamp<index_t>(nc_cap, NR, Kern::NC_max);
   nc_cap = std::min(nc_cap, round_up(pt.n, NR));
   const index_t mc_cap = std::min(MC, round_up(pt.m, MR));
-  const index_t kc_cap = std::min(KC, round_up(std::max<index_t>(k, 1), Kern::k_align));
+  const index_t kc_cap = std::min(KC, kpad);
   auto& tb = buffers();
   T* pa = tb.a.get<T>(static_cast<std::size_t>(mc_cap * kc_cap));
-  T* pb = tb.b.get<T>(static_cast<std::size_t>(nc_cap * kc_cap));
+  T* pb = tb.b.get<T>(static_cast<std::size_t>(round_up(nc_cap, NR) * kpad));
   // Workspace rows padded by 16 floats (64 bytes): a row stride of a multiple of 4 KiB would
   // map all rows of a tile to one L1 set.
-  const index_t ldw = nc_cap + 16;
-  float* ws = multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(pt.m * ldw)) : nullptr;
+  const index_t ldw = round_up(nc_cap, NR) + 16;
+  float* ws =
+      multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(mc_cap * ldw)) : nullptr;
   alignas(64) float tile[MR * NR];
   float mx = 0.f;
   if (k == 0) {
@@ -359,22 +357,25 @@ float run_part(const Prob& pr, const part& pt) {
   }
   Kern::begin();
   for (index_t jc = 0; jc < pt.n; jc += nc_cap) {
-    const index_t nc = std::min(nc_cap, pt.n - jc);
-    for (index_t pc = 0; pc < k; pc += KC) {
-      const index_t kc = std::min(KC, k - pc), kcp = round_up(kc, Kern::k_align);
-      const bool first = pc == 0, last = pc + KC >= k;
-      Kern::pack_b(pr.b, pc, kc, pt.j0 + jc, nc, pb);
-      for (index_t ic = 0; ic < pt.m; ic += mc_cap) {
-        const index_t mc = std::min(mc_cap, pt.m - ic);
+    const index_t nc = std::min(nc_cap, pt.n - jc), ncp = round_up(nc, NR);
+    // The B block for all of K: KC slices one after another, slice pc at pb + pc * ncp.
+    for (index_t pc = 0; pc < k; pc += KC)
+      Kern::pack_b(pr.b, pc, std::min(KC, k - pc), pt.j0 + jc, nc, pb + pc * ncp);
+    for (index_t ic = 0; ic < pt.m; ic += mc_cap) {
+      const index_t mc = std::min(mc_cap, pt.m - ic);
+      for (index_t pc = 0; pc < k; pc += KC) {
+        const index_t kc = std::min(KC, k - pc), kcp = round_up(kc, Kern::k_align);
+        const bool first = pc == 0, last = pc + KC >= k;
         Kern::pack_a(pr.a, pt.i0 + ic, mc, pc, kc, pa);
+        const T* bslice = pb + pc * ncp;
         for (index_t jr = 0; jr < nc; jr += NR) {
-          const T* bp = pb + jr * kcp;
+          const T* bp = bslice + jr * kcp;
           for (index_t ir = 0; ir < mc; ir += MR) {
             Kern::micro(kcp, pa + ir * kcp, bp, tile);
-            float* w = ws ? ws + (ic + ir) * ldw + jr : nullptr;
-            const float m =
-                combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, std::min(MR, mc - ir),
-                            std::min(NR, nc - jr), first, last, direct, w, ldw);
+            float* w = ws ? ws + ir * ldw + jr : nullptr;
+            const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr,
+                                        std::min(MR, mc - ir), std::min(NR, nc - jr), first,
+                                        last, direct, w, ldw);
             mx = m > mx ? m : mx;
           }
         }
