@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 #include <string>
@@ -92,6 +93,12 @@ void time_one(index_t n) {
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard guard(argc, argv);
+  if (argc > 3 && std::string(argv[1]) == "prof") { // prof fp32|bf16 n: 200 calls
+    const index_t n = std::atol(argv[3]);
+    const bool f = std::string(argv[2]) == "fp32";
+    for (int r = 0; r < 4; ++r) f ? time_one<fp32, fp32>(n) : time_one<bf16, bf16>(n);
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "time") {
     for (index_t n : {256, 512, 1024, 2048}) time_one<fp32, fp32>(n);
     for (index_t n : {256, 512, 1024, 2048}) time_one<bf16, bf16>(n);
