@@ -23,6 +23,8 @@
 #include <tessera/config/bit_cast.hpp>
 #include <tessera/train/detail/optimizer_state.hpp>
 
+#include <boost/hana/length.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -30,41 +32,61 @@
 namespace tessera::train {
 
 namespace detail {
-/// grads *= inv_scale in place for every parameter (skipped when inv_scale is 1) and whether
-/// every result is finite: one fused pass (a reduction) per parameter.
+/// grads *= inv_scale in place for every parameter (only checked when inv_scale is 1) and
+/// whether every result is finite: one kernel and one reduction over all the parameters. The
+/// work is cut into chunks that never straddle two parameters, so each work item runs a plain
+/// (vectorisable) loop over one contiguous range.
 template <class Exec, class Params>
 bool unscale_and_check(const Exec& exec, const Params& params, float inv_scale) {
-  int bad_total = 0;
-  for_each_parameter(params, [&](const auto& p, std::size_t) {
-    static_assert(Kokkos::SpaceAccessibility<
-                      Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
-                  "tessera::train::unscale_and_check: the execution space cannot access the "
-                  "parameters' memory space.");
-    float* g = p.grad.data();
-    int bad = 0;
+  constexpr std::size_t n = decltype(boost::hana::length(params))::value;
+  if constexpr (n == 0) {
+    return true;
+  } else {
+    // 2048 floats (8 KiB) per work item: long enough to vectorise and amortise finding the
+    // parameter, short enough to spread a 100k-element tensor over many threads.
+    constexpr index_t chunk = 2048;
+    Kokkos::Array<float*, n> ptr{};
+    Kokkos::Array<index_t, n> size{};
+    Kokkos::Array<index_t, n + 1> first_chunk{};
+    for_each_parameter(params, [&](const auto& p, std::size_t k) {
+      static_assert(Kokkos::SpaceAccessibility<
+                        Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
+                    "tessera::train::unscale_and_check: the execution space cannot access the "
+                    "parameters' memory space.");
+      ptr[k] = p.grad.data();
+      size[k] = p.size();
+      first_chunk[k + 1] = first_chunk[k] + (size[k] + chunk - 1) / chunk;
+    });
     const float s = inv_scale;
-    // Non-finite <=> all exponent bits set (inf or NaN), tested on the bits so that fast-math
-    // flags cannot fold the test away.
-    if (inv_scale == 1.f) {
-      Kokkos::parallel_reduce(
-          "tessera::train::check_finite", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
-          KOKKOS_LAMBDA(const index_t i, int& b) {
-            b |= (::tessera::detail::bit_cast<std::uint32_t>(g[i]) & 0x7f800000u) == 0x7f800000u;
-          },
-          Kokkos::BOr<int>(bad));
-    } else {
-      Kokkos::parallel_reduce(
-          "tessera::train::unscale", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
-          KOKKOS_LAMBDA(const index_t i, int& b) {
-            const float v = g[i] * s;
-            g[i] = v;
-            b |= (::tessera::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
-          },
-          Kokkos::BOr<int>(bad));
-    }
-    bad_total |= bad;
-  });
-  return bad_total == 0;
+    const bool only_check = inv_scale == 1.f;
+    int bad = 0;
+    Kokkos::parallel_reduce(
+        "tessera::train::unscale_and_check", Kokkos::RangePolicy<Exec>(exec, 0, first_chunk[n]),
+        KOKKOS_LAMBDA(const index_t c, int& b) {
+          std::size_t k = 0;
+          while (c >= first_chunk[k + 1]) ++k;
+          float* g = ptr[k];
+          const index_t begin = (c - first_chunk[k]) * chunk;
+          const index_t end = begin + chunk < size[k] ? begin + chunk : size[k];
+          // Non-finite <=> all exponent bits set (inf or NaN), tested on the bits so that
+          // fast-math flags cannot fold the test away.
+          std::uint32_t any = 0;
+          if (only_check) {
+            for (index_t i = begin; i < end; ++i)
+              any |=
+                  ((::tessera::detail::bit_cast<std::uint32_t>(g[i]) & 0x7f800000u) == 0x7f800000u);
+          } else {
+            for (index_t i = begin; i < end; ++i) {
+              const float v = g[i] * s;
+              g[i] = v;
+              any |= ((::tessera::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u);
+            }
+          }
+          b |= static_cast<int>(any);
+        },
+        Kokkos::BOr<int>(bad));
+    return bad == 0;
+  }
 }
 
 inline void require_valid_scale(const char* who, float s) {
@@ -84,7 +106,7 @@ public:
   /// The factor the loss is multiplied by.
   float scale() const noexcept { return scale_; }
   /// Divides every gradient by scale() in place (a multiplication by the float 1 / scale; exact
-  /// for a power of two) and returns true if all of them are finite.
+  /// for a power of two) and returns true if all of them are finite. One kernel, one reduction.
   template <class Exec, class Params>
   bool unscale_and_check(const Exec& exec, const Params& params) const {
     return detail::unscale_and_check(exec, params, static_cast<float>(1.0 / scale_));
