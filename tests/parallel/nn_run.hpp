@@ -5,12 +5,16 @@
 // reference.
 #include <tessera/nn.hpp>
 #include <tessera/parallel/data_parallel.hpp>
+#include <tessera/parallel/mesh.hpp>
+#include <tessera/parallel/pipeline.hpp>
 #include <tessera/train/sgd.hpp>
 
 #include <boost/hana/for_each.hpp>
 
 #include <cstdint>
+#include <map>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -91,6 +95,67 @@ std::vector<float> train_data_parallel(C comm, const run_options& o) {
     opt.step(exec, model.parameters());
   }
   return flatten_values(model.parameters());
+}
+
+/// Parameter values by name ("3.weight"), the names a pipeline stage shares with the model.
+template <class Params>
+std::map<std::string, std::vector<float>> values_by_name(const Params& params) {
+  std::map<std::string, std::vector<float>> out;
+  boost::hana::for_each(params, [&](const auto& p) {
+    out[p.name].assign(p.value.data(), p.value.data() + p.size());
+  });
+  return out;
+}
+
+/// The single-process reference: Model on the whole batch, values by name.
+template <class Model>
+std::map<std::string, std::vector<float>> train_reference(const run_options& o) {
+  Kokkos::DefaultExecutionSpace exec;
+  Model model(o.seed);
+  tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+  nn::SoftmaxCrossEntropy loss;
+  for (int step = 0; step < o.steps; ++step) {
+    auto x = make_input<Model>(o.global_batch);
+    Kokkos::View<int*> labels("labels", o.global_batch);
+    fill_batch(step, 0, x, labels);
+    auto y = model.forward(exec, x);
+    auto [l, dlogits] = loss.forward_backward(exec, y, labels);
+    (void)l;
+    model.backward(exec, dlogits);
+    opt.step(exec, model.parameters());
+  }
+  return values_by_name(model.parameters());
+}
+
+/// Training under a plan with data and pipeline splits: this rank's stage, its data share of
+/// each batch in M micro-batches on the schedule Kind; returns this rank's parameters by name.
+template <class Model, class Plan, class Kind, int M, class C>
+std::map<std::string, std::vector<float>> train_plan(C world, const run_options& o) {
+  namespace tp = tessera::parallel;
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, C> mesh(world);
+  std::map<std::string, std::vector<float>> result;
+  tp::with_stage<Plan::pipeline_size>(mesh.at.pipeline, [&](auto stage_index) {
+    constexpr int s = decltype(stage_index)::value, P = Plan::pipeline_size;
+    using cuts = typename Plan::cuts;
+    using X = decltype(make_input<Model>(1));
+    using In = typename tp::stage_input<Model, P, cuts, s, X>::type;
+    tp::pipeline_stage_t<Model, P, cuts, s> stage(o.seed);
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    nn::SoftmaxCrossEntropy loss;
+    tp::gradient_buckets dp(mesh.data, stage.parameters(), o.bucket_bytes);
+    const int share = o.global_batch / Plan::data_size, first = mesh.at.data * share;
+    for (int step = 0; step < o.steps; ++step) {
+      auto x = make_input<Model>(share);
+      Kokkos::View<int*> labels("labels", share);
+      fill_batch(step, first, x, labels);
+      tp::run_pipeline_stage<Kind, M, s, P, In>(exec, stage, mesh.pipeline, x, labels, loss);
+      dp.finish(exec);
+      opt.step(exec, stage.parameters());
+    }
+    result = values_by_name(stage.parameters());
+  });
+  return result;
 }
 
 } // namespace tessera_test

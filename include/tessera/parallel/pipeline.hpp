@@ -1,0 +1,428 @@
+#pragma once
+/// \file parallel/pipeline.hpp
+/// Pipeline parallelism for nn::Sequential models: the layers cut into P consecutive stages at
+/// compile time, and a training step that streams micro-batches through the stages on the
+/// GPipe or 1F1B table of parallel/schedule.hpp, sending activations forward and gradients
+/// backward between neighbouring ranks.
+///
+///   using Cut = tessera::parallel::stage_bounds<Model, 2, balanced>;  // {0, k, N}
+///   tessera::parallel::pipeline_stage<Model, Cut::value[s], Cut::value[s + 1]> stage(seed);
+///   tessera::parallel::run_pipeline_stage<one_f_one_b, /*M=*/4, s, P, In>(
+///       exec, stage, mesh.pipeline, x, labels, loss);
+///
+/// Stages are balanced by a constexpr cost, the forward FLOPs per sample of each layer from
+/// the static shapes (2 In Out for Linear, 2 OutC P Q InC/groups K^2 for Conv2d, one per
+/// output element for the others), choosing the cuts that minimise the most expensive stage;
+/// or cut where pipeline<P, cut_at<I...>> says (stage k ends before layer I_k).
+///
+/// Memory: tessera's layers keep the state of their last forward only, so a backward whose
+/// forward was not the stage's latest first re-runs that forward from the saved stage input
+/// (activation recomputation at stage boundaries, as in GPipe's re-materialisation). Only the
+/// stage inputs of the micro-batches in flight are kept: M for GPipe, at most P - s for 1F1B.
+/// Parameter gradients are summed over the micro-batches (each micro-batch's loss gradient is
+/// scaled by 1/M), so they equal the gradient of the mean loss over the whole batch.
+
+#include <tessera/nn/sequential.hpp>
+#include <tessera/parallel/communicator.hpp>
+#include <tessera/parallel/policies.hpp>
+#include <tessera/parallel/schedule.hpp>
+#include <tessera/tensor/random.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <boost/hana/at.hpp>
+#include <boost/hana/flatten.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/length.hpp>
+#include <boost/hana/transform.hpp>
+#include <boost/hana/tuple.hpp>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tessera::parallel {
+
+template <class Model>
+struct model_traits;
+
+/// The static facts about a Sequential the plan transforms need.
+template <class... L>
+struct model_traits<nn::Sequential<L...>> {
+  static constexpr std::size_t size = sizeof...(L);
+  template <std::size_t I>
+  using layer = std::tuple_element_t<I, std::tuple<L...>>;
+};
+
+/// The input extents of layer I of Model (the first layer must fix the model's input shape:
+/// nn::Input<...>, nn::Linear).
+template <class Model, std::size_t I>
+struct layer_input {
+  using previous = typename model_traits<Model>::template layer<I - 1>;
+  using type = typename previous::template output_extents<typename layer_input<Model, I - 1>::type>;
+};
+template <class Model>
+struct layer_input<Model, 0> {
+  using type = typename model_traits<Model>::template layer<0>::input_extents;
+};
+
+/// Forward FLOPs per sample of Layer on inputs InExt: the default counts one per output
+/// element (activations, pooling, reshapes); Linear and Conv2d count their products.
+template <class Layer, class InExt>
+struct layer_cost {
+  using out = typename Layer::template output_extents<InExt>;
+  static constexpr double value = [] {
+    double n = 1;
+    for (std::size_t d = 1; d < out::rank; ++d) n *= double(out::static_extent(d));
+    return n;
+  }();
+};
+template <index_t In, index_t Out, class P, class InExt>
+struct layer_cost<nn::Linear<In, Out, P>, InExt> {
+  static constexpr double value = 2.0 * double(In) * double(Out);
+};
+template <index_t InC, index_t OutC, index_t K, nn::conv_options O, class P, class InExt>
+struct layer_cost<nn::Conv2d<InC, OutC, K, O, P>, InExt> {
+  using out = typename nn::Conv2d<InC, OutC, K, O, P>::template output_extents<InExt>;
+  static constexpr double value = 2.0 * double(OutC) * double(out::static_extent(2)) *
+                                  double(out::static_extent(3)) * double(InC / O.groups) *
+                                  double(K) * double(K);
+};
+
+/// The per-layer costs of Model, in order.
+template <class Model>
+constexpr auto layer_costs() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<double, sizeof...(I)>{
+        layer_cost<typename model_traits<Model>::template layer<I>,
+                   typename layer_input<Model, I>::type>::value...};
+  }
+  (std::make_index_sequence<model_traits<Model>::size>{});
+}
+
+namespace detail {
+/// Contiguous partition of costs[0..N) into P non-empty parts minimising the largest part
+/// (dynamic programming over prefix sums, O(P N^2)); returns the P + 1 boundaries.
+template <std::size_t N, std::size_t P>
+constexpr std::array<std::size_t, P + 1> balance(const std::array<double, N>& costs) {
+  std::array<double, N + 1> prefix{};
+  for (std::size_t i = 0; i < N; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  // best[p][i]: the smallest largest part splitting the first i layers into p parts.
+  std::array<std::array<double, N + 1>, P + 1> best{};
+  std::array<std::array<std::size_t, N + 1>, P + 1> cut{};
+  constexpr double inf = 1e300;
+  for (auto& row : best)
+    for (auto& v : row) v = inf;
+  best[0][0] = 0;
+  for (std::size_t p = 1; p <= P; ++p)
+    for (std::size_t i = p; i <= N; ++i)
+      for (std::size_t j = p - 1; j < i; ++j) {
+        if (best[p - 1][j] >= inf) continue;
+        const double part = prefix[i] - prefix[j];
+        const double worst = best[p - 1][j] > part ? best[p - 1][j] : part;
+        if (worst < best[p][i]) best[p][i] = worst, cut[p][i] = j;
+      }
+  std::array<std::size_t, P + 1> bounds{};
+  bounds[P] = N;
+  for (std::size_t p = P, i = N; p > 0; --p) i = bounds[p - 1] = cut[p][i];
+  return bounds;
+}
+} // namespace detail
+
+/// Stage boundaries of Model in P stages: value[s] is the first layer of stage s, value[P]
+/// the layer count. Cuts: balanced (by layer_cost) or cut_at<I...>.
+template <class Model, int P, class Cuts = balanced>
+struct stage_bounds {
+  static constexpr std::size_t layers = model_traits<Model>::size;
+  static_assert(std::size_t(P) <= layers,
+                "tessera::parallel::pipeline<P>: the model has fewer layers than P stages");
+  static constexpr std::array<std::size_t, P + 1> value = [] {
+    if constexpr (std::is_same_v<Cuts, balanced>) {
+      return detail::balance<layers, std::size_t(P)>(layer_costs<Model>());
+    } else {
+      std::array<std::size_t, P + 1> b{};
+      for (std::size_t k = 0; k < Cuts::count; ++k) b[k + 1] = Cuts::values[k];
+      b[P] = layers;
+      return b;
+    }
+  }();
+  static_assert(value[P - 1] < layers,
+                "tessera::parallel::pipeline<P, cut_at<I...>>: a cut point is at or past the "
+                "model's last layer; each stage needs at least one layer");
+};
+
+/// Layers [Begin, End) of Model, initialised exactly as in the whole Model (layer I from
+/// counter_rng{seed, I}) and with the same parameter names ("I.weight"), so a stage's
+/// parameters are the whole model's, cut.
+template <class Model, std::size_t Begin, std::size_t End>
+class pipeline_stage {
+  static_assert(Begin < End && End <= model_traits<Model>::size,
+                "tessera::parallel::pipeline_stage: a stage is a non-empty range of layers");
+  template <std::size_t K>
+  using layer_t = typename model_traits<Model>::template layer<Begin + K>;
+  static constexpr std::size_t N = End - Begin;
+  template <std::size_t... K>
+  static auto tuple_type(std::index_sequence<K...>) -> boost::hana::tuple<layer_t<K>...>;
+  using layers_type = decltype(tuple_type(std::make_index_sequence<N>{}));
+
+public:
+  static constexpr std::size_t begin = Begin, end = End;
+  using input_extents = typename layer_input<Model, Begin>::type;
+
+  explicit pipeline_stage(std::uint64_t seed)
+      : pipeline_stage(seed, std::make_index_sequence<N>{}) {}
+
+  static constexpr std::size_t size() noexcept { return N; }
+  template <std::size_t K>
+  auto& layer() noexcept {
+    return boost::hana::at_c<K>(layers_);
+  }
+
+  /// This stage's parameters, named as in the whole model.
+  auto parameters() const { return parameters_impl(std::make_index_sequence<N>{}); }
+
+  template <class Exec, class X>
+  auto forward(const Exec& exec, const X& x) {
+    return forward_from<0>(exec, x);
+  }
+
+  /// Backward through the stage's layers; returns dL/d(stage input) when need_input_grad
+  /// (every stage but the first sends it upstream), else whatever the first layer that needs
+  /// no input gradient returned.
+  template <class Exec, class DY>
+  auto backward(const Exec& exec, const DY& dy, bool need_input_grad) {
+    return backward_from<N - 1>(exec, dy, need_input_grad);
+  }
+
+private:
+  template <std::size_t... K>
+  pipeline_stage(std::uint64_t seed, std::index_sequence<K...>)
+      : layers_(layer_t<K>(counter_rng{seed, Begin + K}.bits(0))...) {}
+
+  template <std::size_t... K>
+  auto parameters_impl(std::index_sequence<K...>) const {
+    return boost::hana::flatten(boost::hana::make_tuple(
+        boost::hana::transform(boost::hana::at_c<K>(layers_).parameters(), [](auto p) {
+          p.name = std::to_string(Begin + K) + "." + p.name;
+          return p;
+        })...));
+  }
+  template <std::size_t K, class Exec, class X>
+  auto forward_from(const Exec& exec, const X& x) {
+    if constexpr (K + 1 == N)
+      return boost::hana::at_c<K>(layers_).forward(exec, x);
+    else
+      return forward_from<K + 1>(exec, boost::hana::at_c<K>(layers_).forward(exec, x));
+  }
+  template <class L>
+  static constexpr bool has_parameters =
+      decltype(boost::hana::length(std::declval<const L&>().parameters()))::value > 0;
+  template <std::size_t K, std::size_t... J>
+  static constexpr bool params_before(std::index_sequence<J...>) {
+    return (has_parameters<layer_t<J>> || ... || false);
+  }
+  template <std::size_t K, class Exec, class DY>
+  auto backward_from(const Exec& exec, const DY& dy, bool need_input_grad) {
+    constexpr bool before = params_before<K>(std::make_index_sequence<K>{});
+    auto dx = boost::hana::at_c<K>(layers_).backward(exec, dy, before || need_input_grad);
+    if constexpr (K == 0)
+      return dx;
+    else
+      return backward_from<K - 1>(exec, dx, need_input_grad);
+  }
+
+  layers_type layers_;
+};
+
+/// The pipeline_stage type of stage s of Model split in P stages by Cuts.
+template <class Model, int P, class Cuts, int s>
+using pipeline_stage_t = pipeline_stage<Model, stage_bounds<Model, P, Cuts>::value[s],
+                                        stage_bounds<Model, P, Cuts>::value[s + 1]>;
+
+/// Calls f(std::integral_constant<int, s>{}) for the run-time stage index s in [0, P): the
+/// bridge from a rank's pipeline coordinate to its compile-time stage type.
+template <int P, class F>
+void with_stage(int s, F&& f) {
+  [&]<int... S>(std::integer_sequence<int, S...>) {
+    ((s == S ? (f(std::integral_constant<int, S>{}), 0) : 0), ...);
+  }
+  (std::make_integer_sequence<int, P>{});
+}
+
+/// The tensor type stage s receives: X (the model input batch) for stage 0, else the output
+/// type of stage s - 1.
+template <class Model, int P, class Cuts, int s, class X,
+          class Exec = Kokkos::DefaultExecutionSpace>
+struct stage_input {
+  using previous_input = typename stage_input<Model, P, Cuts, s - 1, X, Exec>::type;
+  using type =
+      std::remove_cvref_t<decltype(std::declval<pipeline_stage_t<Model, P, Cuts, s - 1>&>().forward(
+          std::declval<const Exec&>(), std::declval<const previous_input&>()))>;
+};
+template <class Model, int P, class Cuts, class X, class Exec>
+struct stage_input<Model, P, Cuts, 0, X, Exec> {
+  using type = X;
+};
+
+namespace detail {
+/// An owning copy of rows [first, first + rows) of a (B, ...) tensor.
+template <class T, class Exec>
+auto copy_rows(const Exec& exec, const T& t, index_t first, index_t rows) {
+  using E = typename T::extents_type;
+  std::array<index_t, E::rank> all{};
+  for (std::size_t d = 0; d < E::rank; ++d) all[d] = t.extent(d);
+  all[0] = rows;
+  Tensor<typename T::precision, E, layout_right, typename T::memory_space> out =
+      Tensor<typename T::precision, E, layout_right, typename T::memory_space>::uninitialized(
+          "tessera::parallel::pipeline.rows", E::from_all(all));
+  const index_t per_row = rows > 0 ? out.size() / rows : 0;
+  Kokkos::deep_copy(
+      exec, out.kokkos_view(),
+      Kokkos::subview(t.kokkos_view(),
+                      Kokkos::pair<index_t, index_t>(first * per_row, (first + rows) * per_row)));
+  exec.fence();
+  return out;
+}
+
+/// dst = src converted elementwise (host memory), for gradients sent in the receiver's type.
+template <class Dst, class Src>
+void convert_into(Dst& dst, const Src& src) {
+  using D = typename Dst::storage_type;
+  auto* d = dst.data();
+  const auto* s = src.data();
+  for (index_t i = 0; i < dst.size(); ++i) {
+    if constexpr (std::is_same_v<D, typename Src::storage_type>)
+      d[i] = s[i];
+    else
+      d[i] = from_float<typename Dst::precision>(to_float(s[i]));
+  }
+}
+} // namespace detail
+
+/// One training step of one pipeline stage on the schedule Kind (gpipe or one_f_one_b) with
+/// M micro-batches: forwards and backwards in the table's order for stage s of P, activations
+/// received from stage s - 1 and sent to s + 1 over `pipe` (the pipeline group; ranks are
+/// stage indices), gradients the other way. The first stage reads the batch from `x`
+/// (B, ...), the last reads `labels` (B) and applies `loss` (mean per micro-batch, scaled by
+/// grad_scale / M). `In` is the type the stage receives (the previous stage's output type;
+/// for stage 0, x's type). Afterwards the stage's parameter gradients hold the batch-mean
+/// gradient. Returns the mean loss over the batch on the last stage, 0 elsewhere.
+///
+/// The batch B must be a multiple of M; throws value_error before any communication otherwise.
+template <class Kind, int M, int s, int P, class In, class Exec, class Stage, Communicator C,
+          class X, class Labels, class Loss>
+float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, const Labels& labels,
+                         Loss& loss, float grad_scale = 1.f) {
+  static_assert(0 <= s && s < P && M >= 1,
+                "tessera::parallel::run_pipeline_stage: need 0 <= s < P stages and M >= 1");
+  static_assert(
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename In::memory_space>::accessible,
+      "tessera::parallel::run_pipeline_stage: activations are sent from host memory");
+  const index_t batch = index_t(labels.extent(0));
+  if (batch % M != 0)
+    throw value_error("tessera::parallel::run_pipeline_stage: the batch of " +
+                      std::to_string(batch) + " samples is not a multiple of the " +
+                      std::to_string(M) + " micro-batches");
+  const index_t mb = batch / M;
+  std::array<step, 2 * M> row{};
+  {
+    std::vector<step> table(std::size_t(2 * P * M));
+    fill_schedule(Kind{}, P, M, table.data());
+    for (int k = 0; k < 2 * M; ++k) row[std::size_t(k)] = table[std::size_t(s * 2 * M + k)];
+  }
+  constexpr bool first = s == 0, last = s + 1 == P;
+
+  std::map<int, In> inputs; // saved stage inputs of micro-batches in flight
+  using Out = std::remove_cvref_t<decltype(stage.forward(exec, std::declval<const In&>()))>;
+  std::map<int, Out> sent, dys; // activations being sent; last stage's dlogits
+  std::map<int, In> grads_sent; // input gradients being sent
+  std::vector<request> pending;
+  int latest_forward = -1;
+  double loss_sum = 0;
+
+  // Accumulators: the parameter gradients summed over micro-batches.
+  std::vector<Kokkos::View<float*, typename Exec::memory_space>> acc;
+  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+    acc.emplace_back(p.name + ".accumulated", std::size_t(p.size()));
+  });
+
+  auto run_forward = [&](int i) -> decltype(auto) {
+    latest_forward = i;
+    return stage.forward(exec, inputs.at(i));
+  };
+
+  for (const step& st : row) {
+    const int i = st.micro_batch;
+    const int tag_act = 2 * i, tag_grad = 2 * i + 1;
+    if (st.kind == pass::forward) {
+      if constexpr (first) {
+        static_assert(std::is_same_v<In, X>,
+                      "tessera::parallel::run_pipeline_stage: stage 0 receives the batch x");
+        inputs.emplace(i, detail::copy_rows(exec, x, i * mb, mb));
+      } else {
+        std::array<index_t, In::extents_type::rank> all{};
+        all[0] = mb;
+        for (std::size_t d = 1; d < In::extents_type::rank; ++d)
+          all[d] = In::extents_type::static_extent(d);
+        In buf("tessera::parallel::pipeline.recv", In::extents_type::from_all(all));
+        pipe.recv(buf.data(), buf.size(), s - 1, tag_act);
+        inputs.emplace(i, std::move(buf));
+      }
+      const auto& out = run_forward(i);
+      if constexpr (last) {
+        auto lab = Kokkos::subview(labels, Kokkos::pair<index_t, index_t>(i * mb, (i + 1) * mb));
+        auto result = loss.forward_backward(exec, out, lab, grad_scale / float(M));
+        loss_sum += double(result.loss);
+        dys.emplace(i, detail::copy_rows(exec, result.dlogits, 0, mb));
+      } else {
+        auto copy = detail::copy_rows(exec, out, 0, mb);
+        pending.push_back(pipe.isend(copy.data(), copy.size(), s + 1, tag_act));
+        sent.emplace(i, std::move(copy));
+      }
+    } else {
+      if constexpr (!last) {
+        std::array<index_t, Out::extents_type::rank> all{};
+        all[0] = mb;
+        for (std::size_t d = 1; d < Out::extents_type::rank; ++d)
+          all[d] = Out::extents_type::static_extent(d);
+        Out buf("tessera::parallel::pipeline.grad", Out::extents_type::from_all(all));
+        pipe.recv(buf.data(), buf.size(), s + 1, tag_grad);
+        dys.emplace(i, std::move(buf));
+      }
+      if (latest_forward != i) run_forward(i); // recompute: layers hold one forward's state
+      auto dx = stage.backward(exec, dys.at(i), !first);
+      exec.fence();
+      std::size_t k = 0;
+      boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+        auto a = acc[k++];
+        const float* g = p.grad.data();
+        Kokkos::parallel_for(
+            "tessera::parallel::pipeline.accumulate",
+            Kokkos::RangePolicy<Exec>(exec, 0, index_t(a.extent(0))),
+            KOKKOS_LAMBDA(const index_t j) { a(j) += g[j]; });
+      });
+      exec.fence();
+      if constexpr (!first) {
+        In g = In::uninitialized("tessera::parallel::pipeline.dx", inputs.at(i).extents());
+        detail::convert_into(g, dx);
+        pending.push_back(pipe.isend(g.data(), g.size(), s - 1, tag_grad));
+        grads_sent.emplace(i, std::move(g));
+      }
+      inputs.erase(i);
+      dys.erase(i);
+    }
+  }
+  for (request& r : pending) r.wait();
+  std::size_t k = 0;
+  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+    Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k++]);
+  });
+  exec.fence();
+  return last ? float(loss_sum / M) : 0.f;
+}
+
+} // namespace tessera::parallel
