@@ -2,8 +2,14 @@
 // and a finite-difference gradient check of a whole small CNN under the cross-entropy loss.
 #include "nn_testing.hpp"
 
+#include <tessera/train/checkpoint.hpp>
+
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/length.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
 
 using namespace tessera;          // NOLINT: test file
 using namespace tessera::testing; // NOLINT
@@ -122,4 +128,56 @@ TEST_CASE("nn::Sequential: backward overwrites gradients (no accumulation)", "[n
   const auto g1 = once();
   const auto g2 = once();
   CHECK(g1 == g2);
+}
+
+TEST_CASE("nn::Sequential: fp8_states reach every fp8 slot and round-trip through a checkpoint",
+          "[nn][sequential][fp8]") {
+  using R = train::delayed_scaling;
+  using M8 =
+      nn::Sequential<nn::Input<2, 7, 6>,
+                     nn::Conv2d<2, 3, 3, nn::conv_options{.stride = 2, .pad = 1}, nn::fp8<R>>,
+                     nn::ReLU, nn::Flatten, nn::Linear<36, 5, nn::fp8<R>>>;
+  // Three slots (weights, input, output gradient) per fp8 layer, none for fp32 layers.
+  M8 model(11);
+  auto states = model.fp8_states();
+  static_assert(decltype(boost::hana::length(states))::value == 6);
+  static_assert(decltype(boost::hana::length(FashionCNN<>(1).fp8_states()))::value == 0);
+  std::vector<const void*> seen;
+  boost::hana::for_each(states, [&](auto* m) { seen.push_back(m); });
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end()); // six distinct states
+
+  Tensor<fp32, extents<dyn, 2, 7, 6>> x("x", 3);
+  fill_normal(x, 5);
+  Tensor<fp32, extents<dyn, 5>> dy("dy", 3);
+  fill_normal(dy, 6);
+  const auto step = [&](float gain) {
+    Tensor<fp32, extents<dyn, 2, 7, 6>> xs("xs", 3);
+    for (index_t i = 0; i < xs.size(); ++i) xs.data()[i] = gain * x.data()[i];
+    model.forward(exec, xs);
+    model.backward(exec, cast<bf16>(dy));
+  };
+  const auto snapshot = [&] {
+    std::vector<std::vector<float>> out;
+    boost::hana::for_each(states, [&](auto* m) {
+      auto h = m->history();
+      h.push_back(m->scale_amax());
+      out.push_back(h);
+    });
+    return out;
+  };
+  step(1.f);
+  step(3.f);
+  const auto saved = snapshot();
+  for (const auto& h : saved) CHECK(h.size() == 3); // two amaxes + the scale amax
+  train::sgd opt{.lr = 0.1f};
+  train::static_scaler scaler;
+  train::run_state run;
+  const std::string path = "nn_sequential_fp8_states.ckpt";
+  train::save_checkpoint(path, model.parameters(), opt, scaler, run, states);
+  step(100.f); // new amaxes enter every history
+  CHECK(snapshot() != saved);
+  train::load_checkpoint(path, model.parameters(), opt, scaler, run, states);
+  CHECK(snapshot() == saved);
+  std::remove(path.c_str());
 }

@@ -18,6 +18,7 @@
 #include <tessera/conv/conv2d.hpp>
 #include <tessera/nn/detail/common.hpp>
 
+#include <boost/hana/flatten.hpp>
 #include <boost/hana/tuple.hpp>
 
 #include <array>
@@ -96,6 +97,12 @@ public:
   parameter<weight_extents>& weight() noexcept { return weight_; }
   parameter<bias_extents>& bias() noexcept { return bias_; }
   auto parameters() const { return boost::hana::make_tuple(weight_, bias_); }
+  /// The fp8 scaling states of the weight, input and output-gradient slots (pointers, in that
+  /// order) for an fp8 compute precision; an empty tuple otherwise. For checkpoints.
+  auto fp8_states() {
+    return boost::hana::flatten(
+        boost::hana::make_tuple(w_cast_.fp8_states(), x_cast_.fp8_states(), dy_cast_.fp8_states()));
+  }
 
   /// y = conv2d(x, W) + b; keeps the compute copy of x for backward.
   template <class Exec, class XP, class E>

@@ -18,6 +18,7 @@
 #include <tessera/gemm/gemm.hpp>
 #include <tessera/nn/detail/common.hpp>
 
+#include <boost/hana/flatten.hpp>
 #include <boost/hana/tuple.hpp>
 
 #include <cstdint>
@@ -67,6 +68,12 @@ public:
   parameter<bias_extents>& bias() noexcept { return bias_; }
   /// (weight, bias) as a boost::hana::tuple of handles (sharing the storage).
   auto parameters() const { return boost::hana::make_tuple(weight_, bias_); }
+  /// The fp8 scaling states of the weight, input and output-gradient slots (pointers, in that
+  /// order) for an fp8 compute precision; an empty tuple otherwise. For checkpoints.
+  auto fp8_states() {
+    return boost::hana::flatten(
+        boost::hana::make_tuple(w_cast_.fp8_states(), x_cast_.fp8_states(), dy_cast_.fp8_states()));
+  }
 
   /// y = x W^T + b. x: (B, In), any precision; kept (as the compute copy) for backward.
   template <class Exec, class XP, class XE>

@@ -147,6 +147,11 @@ public:
   /// "<layer index>.<name>" ("0.weight", "0.bias", "3.weight", ...).
   auto parameters() const { return parameters_impl(std::make_index_sequence<N>{}); }
 
+  /// Every fp8 scaling state of every layer (train::fp8_meta pointers, layer by layer) as a
+  /// boost::hana::tuple, empty unless layers compute in nn::fp8: pass it to
+  /// train::save_checkpoint / load_checkpoint so that a resumed fp8 run continues exactly.
+  auto fp8_states() { return fp8_states_impl(std::make_index_sequence<N>{}); }
+
   /// The layers' forwards in order; returns the last layer's output (owned by that layer).
   template <class Exec, class X>
   auto forward(const Exec& exec, const X& x) {
@@ -181,6 +186,18 @@ private:
           p.name = std::to_string(I) + "." + p.name;
           return p;
         })...));
+  }
+
+  template <std::size_t... I>
+  auto fp8_states_impl(std::index_sequence<I...>) {
+    const auto of = [](auto& layer) {
+      if constexpr (requires { layer.fp8_states(); }) {
+        return layer.fp8_states();
+      } else {
+        return boost::hana::make_tuple();
+      }
+    };
+    return boost::hana::flatten(boost::hana::make_tuple(of(boost::hana::at_c<I>(layers_))...));
   }
 
   template <std::size_t I, class Exec, class X>

@@ -6,6 +6,7 @@
 #include <tessera/nn/precision.hpp>
 
 #include <Kokkos_MathematicalFunctions.hpp>
+#include <boost/hana/tuple.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -142,6 +143,16 @@ public:
       const float scale = meta_.template scale<precision>(current);
       meta_.record(quantize_with_scale(exec, src, t, scale));
       return {t, 1.f / scale};
+    }
+  }
+
+  /// This slot's fp8 scaling state (train::fp8_meta), as a boost::hana::tuple of one pointer
+  /// for fp8, of none otherwise: what checkpoints save and restore.
+  auto fp8_states() {
+    if constexpr (Fp8Precision<precision>) {
+      return boost::hana::make_tuple(&meta_);
+    } else {
+      return boost::hana::make_tuple();
     }
   }
 

@@ -297,8 +297,14 @@ inline void write_file_atomically(const std::string& who, const std::filesystem:
   std::filesystem::path tmp;
   int fd = -1;
   for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
-    tmp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                 std::to_string(rd()));
+    // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "." + string&&.
+    std::string name(1, '.');
+    name += path.filename().string();
+    name += ".tmp.";
+    name += std::to_string(::getpid());
+    name += '.';
+    name += std::to_string(rd());
+    tmp = dir / name;
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0 && errno != EEXIST) break;
   }

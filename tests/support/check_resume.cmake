@@ -1,0 +1,37 @@
+# Runs the Fashion-MNIST example three ways and checks that resuming from a checkpoint gives
+# the uninterrupted run's master weights bit for bit (the example prints their FNV-1a hash):
+#   A: --epochs 2;  B: --epochs 1 --checkpoint F;  C: --epochs 2 --resume F.  hash(A) == hash(C)
+# and hash(B) != hash(A) (the second epoch changed something). Also: a checkpoint resumed
+# with another --seed is refused with a message naming the file.
+# -D exe=... -D precision=... -D dir=... (a scratch directory)
+set(common --limit 320 --test-limit 500 --batch 32 --no-progress --threads 1 --precision ${precision})
+file(MAKE_DIRECTORY ${dir})
+set(ck ${dir}/resume_${precision}.ckpt)
+file(REMOVE ${ck})
+function(run out_var)
+  execute_process(COMMAND ${exe} ${common} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${exe} ${ARGN} failed (${rc}):\n${out}\n${err}")
+  endif()
+  string(REGEX MATCH "masters fnv1a ([0-9a-f]+) after epoch ([0-9]+)" m "${out}")
+  if(NOT m)
+    message(FATAL_ERROR "no hash line in the output of ${ARGN}:\n${out}")
+  endif()
+  set(${out_var} "${CMAKE_MATCH_1}@${CMAKE_MATCH_2}" PARENT_SCOPE)
+endfunction()
+run(a --epochs 2)
+run(b --epochs 1 --checkpoint ${ck})
+run(c --epochs 2 --resume ${ck})
+message(STATUS "uninterrupted ${a}, first epoch ${b}, resumed ${c}")
+if(NOT a STREQUAL c)
+  message(FATAL_ERROR "resumed run ${c} differs from the uninterrupted run ${a}")
+endif()
+if(a STREQUAL b)
+  message(FATAL_ERROR "the second epoch changed nothing (${a} == ${b}): the test proves nothing")
+endif()
+execute_process(COMMAND ${exe} ${common} --epochs 2 --seed 7 --resume ${ck} RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "resume_${precision}.ckpt was trained with --seed 1, not 7")
+  message(FATAL_ERROR "a resume with another seed was not refused clearly (${rc}):\n${err}")
+endif()
