@@ -21,6 +21,7 @@
 
 #include <tessera/config/cpu.hpp>
 #include <tessera/gemm/detail/amx.hpp>
+#include <tessera/gemm/detail/avx512bf16.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 #include <tessera/gemm/detail/reference.hpp>
 #include <tessera/simd/lanes.hpp>
@@ -415,13 +416,17 @@ float gemm_host(const Exec& exec, const Prob& pr) {
 #if !TESSERA_DEVICE_PASS
   if constexpr (hostgemm::have_simd) {
     if (pr.m == 0 || pr.n == 0) return 0.f;
-#if TESSERA_GEMM_AMX
+    // bf16 and fp8 inputs (both): AMX where usable, else AVX512_BF16, else the fp32 kernel.
     using pa = typename Prob::pa;
     using pb = typename Prob::pb;
     if constexpr (hostgemm::amx_input_v<pa> && hostgemm::amx_input_v<pb>) {
+#if TESSERA_GEMM_AMX
       if (cpu::amx_bf16_usable()) return hostgemm::run_parallel<hostgemm::amx_kernel>(exec, pr);
-    }
 #endif
+#if TESSERA_GEMM_AVX512BF16
+      if (cpu::has_avx512bf16()) return hostgemm::run_parallel<hostgemm::dpbf16_kernel>(exec, pr);
+#endif
+    }
     return hostgemm::run_parallel<hostgemm::fma_kernel>(exec, pr);
   } else {
     return gemm_direct(exec, pr);
