@@ -103,7 +103,7 @@ auto make_problem(const OA& oa, const OB& ob, const OC& oc, const Epi& e) {
   using VA = decltype(oa.view);
   using VB = decltype(ob.view);
   using VC = decltype(oc.view);
-  constexpr bool scaled_out = is_scaled_view<OC>::value || is_scaled_tensor<OC>::value;
+  constexpr bool scaled_out = OC::scaled;
   gemm_problem<VA, VB, VC, decltype(e.ops), scaled_out> pr{oa.view, ob.view, oc.view};
   pr.m = oa.view.extent(0);
   pr.k = oa.view.extent(1);
@@ -166,7 +166,7 @@ auto batch_matrix(const V& v, index_t i) {
 template <class O>
 auto batch_operand(const O& o, index_t i) {
   auto m = batch_matrix(o.view, i);
-  return gemm_operand<decltype(m)>{m, o.scale, o.scaled};
+  return gemm_operand<decltype(m), O::scaled>{m, o.scale};
 }
 
 } // namespace detail
