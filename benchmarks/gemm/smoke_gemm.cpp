@@ -99,9 +99,9 @@ void time_kernels(index_t n) {
   Tensor<fp32, dextents<2>> c("c", n, n);
   fill_uniform(E{}, a, 1, -1.f, 1.f);
   fill_uniform(E{}, b, 2, -1.f, 1.f);
-  const auto pr = detail::make_problem(detail::to_gemm_operand(a), detail::to_gemm_operand(b),
-                                       detail::to_gemm_operand(c),
-                                       detail::as_epilogue(gemm_options{}));
+  const auto pr =
+      detail::make_problem(detail::to_gemm_operand(a), detail::to_gemm_operand(b),
+                           detail::to_gemm_operand(c), detail::as_epilogue(gemm_options{}));
   const auto run = [&](const char* name, auto kernel) {
     using K = decltype(kernel);
     double best = 1e9;

@@ -84,6 +84,29 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(failures == 0);
 }
 
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 and fp8 shapes straddling the host blocking"),
+                        "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
+  // host_packed's low-precision kernels (include/tessera/gemm/detail/): AVX512_BF16 MR 14,
+  // NR 32, K in bf16 pairs, KC 512, MC 336; AMX 32 x 32 tiles, K in steps of 32, KC 512, MC 256;
+  // NC up to 1024 for both. Each shape sits just below, at or just above a block edge (odd K
+  // pads the last pair), with C row-major (partial sums over K kept in C) and transposed (kept
+  // in a workspace), operands row-major or transposed, beta 0 (NaN C) and 1.
+  const index_t shapes[][3] = {{337, 50, 513}, {336, 64, 512},  {40, 1025, 511},
+                               {29, 97, 1025}, {257, 33, 1024}, {15, 1024, 31}};
+  std::uint64_t seed = base_seed + 400;
+  index_t failures = 0;
+  for (const auto& s : shapes)
+    for (const bool tc : {false, true}) {
+      failures += !check_gemm_case<TestType, bf16, bf16, fp32>(
+          s[0], s[1], s[2], {false, 0, 0}, {tc, 1, 0}, {tc, 0, 0}, 1.f, 0.f, ++seed, lo, hi);
+      failures += !check_gemm_case<TestType, fp8_e4m3, fp8_e5m2, fp32>(
+          s[0], s[1], s[2], {true, 2, 0}, {!tc, 0, 0}, {tc, 3, 1}, -0.5f, 1.f, ++seed, lo, hi);
+      failures += !check_gemm_case<TestType, fp8_e5m2, bf16, bf16>(
+          s[0], s[1], s[2], {tc, 0, 1}, {false, 0, 0}, {false, 1, 0}, 1.f, 0.f, ++seed, lo, hi);
+    }
+  CHECK(failures == 0);
+}
+
 TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 C from fp32, bf16 and fp8 operands"),
                         "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   // One rounding to bf16 at the store on top of the fp32 bound; beta != 0 reads the old bf16 C.

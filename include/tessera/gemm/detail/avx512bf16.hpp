@@ -162,12 +162,12 @@ struct dpbf16_kernel {
   static void begin() {}
   static void end() {}
 
-  /// t (MR x NR fp32, row-major) = a_panel * b_panel over kcp (even).
-  static void micro(index_t kcp, const std::uint16_t* __restrict a,
-                    const std::uint16_t* __restrict b, float* __restrict t) {
+  /// The MR x NR products of a_panel and b_panel over kcp (even), in registers.
+  [[gnu::always_inline]] static inline void product(index_t kcp, const std::uint16_t* __restrict a,
+                                                    const std::uint16_t* __restrict b,
+                                                    __m512 (&c)[MR][NV]) {
     const auto* aw = reinterpret_cast<const std::uint32_t*>(a);
     const auto* bw = reinterpret_cast<const __m512i*>(b);
-    __m512 c[MR][NV];
 #pragma GCC unroll 14
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -184,10 +184,47 @@ struct dpbf16_kernel {
         for (index_t v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], av, bv[v]);
       }
     }
+  }
+
+  /// t (MR x NR fp32, row-major) = a_panel * b_panel over kcp (even).
+  [[gnu::noinline]] static void micro(index_t kcp, const std::uint16_t* __restrict a,
+                                      const std::uint16_t* __restrict b, float* __restrict t) {
+    __m512 c[MR][NV];
+    product(kcp, a, b, c);
 #pragma GCC unroll 14
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 4
       for (index_t v = 0; v < NV; ++v) _mm512_store_ps(t + r * NR + 16 * v, c[r][v]);
+  }
+
+  /// The full MR x NR fp32 tile at d (row stride ldd) = alpha * a_panel * b_panel + beta * d
+  /// over kcp with alpha = ab[0], beta = ab[1] (beta == 0: d is not read; through memory so as
+  /// not to hold two vector registers during the loop). The tile's rows are prefetched first:
+  /// they are often 4 KiB apart and miss.
+  [[gnu::noinline]] static void micro_c(index_t kcp, const std::uint16_t* __restrict a,
+                                        const std::uint16_t* __restrict b, float* __restrict d,
+                                        index_t ldd, const float* ab) {
+#pragma GCC unroll 14
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) __builtin_prefetch(d + r * ldd + 16 * v, 1, 3);
+    __m512 c[MR][NV];
+    product(kcp, a, b, c);
+    const float beta = ab[1];
+    const __m512 va = _mm512_set1_ps(ab[0]), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 14
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) {
+        float* p = d + r * ldd + 16 * v;
+        __m512 x = _mm512_mul_ps(va, c[r][v]);
+        if (beta == 1.f) {
+          x = _mm512_fmadd_ps(va, c[r][v], _mm512_loadu_ps(p));
+        } else if (beta != 0.f) {
+          x = _mm512_fmadd_ps(va, c[r][v], _mm512_mul_ps(vb, _mm512_loadu_ps(p)));
+        }
+        _mm512_storeu_ps(p, x);
+      }
   }
 };
 

@@ -139,6 +139,49 @@ inline void load_floats(const S* src, float* dst, index_t n) {
   }
 }
 
+/// Asks for the rows of an MR x NR fp32 tile of C (row stride ld) to be brought into L1 while
+/// the micro-kernel computes: consecutive rows are often 4 KiB apart and miss.
+template <index_t MR, index_t NR>
+[[gnu::always_inline]] inline void prefetch_tile(const float* d, index_t ld) {
+#pragma GCC unroll 16
+  for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (index_t j = 0; j < NR; j += 16) __builtin_prefetch(d + r * ld + j, 1, 3);
+}
+
+/// d (MR x NV vectors, row stride ld) = alpha * c + beta * d with alpha = ab[0], beta = ab[1];
+/// beta == 0 does not read d. (alpha and beta come through memory, read only here: as float
+/// arguments they would occupy two of the 32 vector registers the micro-kernel's loop needs.)
+template <index_t MR, index_t NV, class V>
+[[gnu::always_inline]] inline void update_tile(V (&c)[MR][NV], float* d, index_t ld,
+                                               const float* ab) {
+  constexpr index_t L = static_cast<index_t>(V::size);
+  const float beta = ab[1];
+  const V va(ab[0]), vb(beta);
+  if (beta == 0.f) {
+#pragma GCC unroll 16
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) (va * c[r][v]).store_unaligned(d + r * ld + v * L);
+  } else if (beta == 1.f) {
+#pragma GCC unroll 16
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) {
+        float* p = d + r * ld + v * L;
+        xsimd::fma(va, c[r][v], V::load_unaligned(p)).store_unaligned(p);
+      }
+  } else {
+#pragma GCC unroll 16
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) {
+        float* p = d + r * ld + v * L;
+        xsimd::fma(va, c[r][v], vb * V::load_unaligned(p)).store_unaligned(p);
+      }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // fp32 FMA kernel (any SIMD arch xsimd knows; tuned for AVX-512)
 // ---------------------------------------------------------------------------------------------
@@ -226,10 +269,9 @@ struct fma_kernel {
   static void begin() {}
   static void end() {}
 
-  /// t (MR x NR, row-major) = a_panel * b_panel over kc.
-  static void micro(index_t kc, const float* __restrict a, const float* __restrict b,
-                    float* __restrict t) {
-    vf c[MR][NV];
+  /// The MR x NR products of a_panel and b_panel over kc, in registers.
+  [[gnu::always_inline]] static inline void product(index_t kc, const float* __restrict a,
+                                                    const float* __restrict b, vf (&c)[MR][NV]) {
 #pragma GCC unroll 14
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 2
@@ -245,10 +287,28 @@ struct fma_kernel {
         for (index_t v = 0; v < NV; ++v) c[r][v] = xsimd::fma(av, bv[v], c[r][v]);
       }
     }
+  }
+
+  /// t (MR x NR, row-major) = a_panel * b_panel over kc.
+  [[gnu::noinline]] static void micro(index_t kc, const float* __restrict a,
+                                      const float* __restrict b, float* __restrict t) {
+    vf c[MR][NV];
+    product(kc, a, b, c);
 #pragma GCC unroll 14
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 2
       for (index_t v = 0; v < NV; ++v) c[r][v].store_aligned(t + r * NR + v * L);
+  }
+
+  /// The full MR x NR tile at d (row stride ldd) = alpha * a_panel * b_panel + beta * d over kc
+  /// with alpha = ab[0], beta = ab[1] (see update_tile).
+  [[gnu::noinline]] static void micro_c(index_t kc, const float* __restrict a,
+                                        const float* __restrict b, float* __restrict d, index_t ldd,
+                                        const float* ab) {
+    prefetch_tile<MR, NR>(d, ldd);
+    vf c[MR][NV];
+    product(kc, a, b, c);
+    update_tile<MR, NV>(c, d, ldd, ab);
   }
 };
 
@@ -342,10 +402,12 @@ float run_part(const Prob& pr, const part& pt) {
   // Workspace rows padded by 16 floats (64 bytes): a row stride of a multiple of 4 KiB would
   // map all rows of a tile to one L1 set.
   const index_t ldw = round_up(nc_cap, NR) + 16;
-  float* ws =
-      multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(mc_cap * ldw)) : nullptr;
+  float* ws = multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(mc_cap * ldw)) : nullptr;
   alignas(64) float tile[MR * NR];
   float mx = 0.f;
+  constexpr bool no_ops = std::is_same_v<decltype(pr.ops), op_pack<>>;
+  float* const cdata = direct ? reinterpret_cast<float*>(pr.c.data()) : nullptr;
+  const index_t ldc = pr.c.stride(0);
   if (k == 0) {
     for (index_t j = 0; j < NR * MR; ++j) tile[j] = 0.f;
     for (index_t i = 0; i < pt.m; i += MR)
@@ -372,10 +434,27 @@ float run_part(const Prob& pr, const part& pt) {
         for (index_t jr = 0; jr < nc; jr += NR) {
           const T* bp = bslice + jr * kcp;
           for (index_t ir = 0; ir < mc; ir += MR) {
-            Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            const index_t mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
             float* w = ws ? ws + ir * ldw + jr : nullptr;
-            const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr,
-                                        std::min(MR, mc - ir), std::min(NR, nc - jr), first,
+            if constexpr (requires { &Kern::micro_c; }) {
+              // Full tiles whose sums go to C (fp32, no epilogue left to apply) or to the
+              // workspace (not the last KC slice) are updated by the micro-kernel itself.
+              if (mr == MR && nr == NR) {
+                if (direct && (!last || no_ops)) {
+                  const float ab[2] = {pr.alpha, first ? pr.beta : 1.f};
+                  Kern::micro_c(kcp, pa + ir * kcp, bp,
+                                cdata + (pt.i0 + ic + ir) * ldc + pt.j0 + jc + jr, ldc, ab);
+                  continue;
+                }
+                if (w && !last) {
+                  const float ab[2] = {1.f, first ? 0.f : 1.f};
+                  Kern::micro_c(kcp, pa + ir * kcp, bp, w, ldw, ab);
+                  continue;
+                }
+              }
+            }
+            Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, mr, nr, first,
                                         last, direct, w, ldw);
             mx = m > mx ? m : mx;
           }
