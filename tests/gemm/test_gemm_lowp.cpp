@@ -107,6 +107,42 @@ TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 and fp8 shapes straddling the ho
   CHECK(failures == 0);
 }
 
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("operands without a unit stride"), "[gemm][lowp]",
+                        TESSERA_TEST_CONFIGS) {
+  // Every other column of a stored matrix (strides (ld, 2)), transposed or not: the packing's
+  // general path, which neither rows nor columns are contiguous for.
+  const auto every_other = [](const auto& m) {
+    using V = std::remove_cvref_t<decltype(m.view)>;
+    const index_t r = m.rows(), c = m.cols() / 2;
+    V v(m.view.data(), dextents<2>(r, c), {m.view.stride(0), m.view.stride(1) * 2});
+    dmatrix d(r, c);
+    for (index_t i = 0; i < r; ++i)
+      for (index_t j = 0; j < c; ++j) d(i, j) = m.values(i, 2 * j);
+    return std::pair{v, d};
+  };
+  std::uint64_t seed = base_seed + 500;
+  index_t failures = 0;
+  const auto run = [&]<class PA, class PB>(PA, PB, index_t m, index_t n, index_t k) {
+    for (const bool t : {false, true}) {
+      const auto a = make_matrix<PA>(m, 2 * k, {t, 1, 0}, ++seed, lo, hi);
+      const auto b = make_matrix<PB>(k, 2 * n, {!t, 0, 1}, ++seed, lo, hi);
+      const auto c = make_matrix<fp32>(m, n, {false, 0, 0}, ++seed);
+      const auto [av, ad] = every_other(a);
+      const auto [bv, bd] = every_other(b);
+      const auto ref = reference_gemm(ad, bd, 1.0, 1.0, c.values);
+      TestType::run(av, bv, c.view, gemm_options{.alpha = 1.f, .beta = 1.f});
+      failures += check_against_reference<fp32>(
+          TestType::name() + " " + precision_traits<PA>::name + " x " + precision_traits<PB>::name,
+          to_dmatrix(c.view), ref, k);
+    }
+  };
+  run(fp32{}, fp32{}, 70, 45, 300);
+  run(bf16{}, bf16{}, 70, 45, 301);
+  run(fp8_e4m3{}, bf16{}, 33, 70, 129);
+  run(bf16{}, fp32{}, 65, 66, 67);
+  CHECK(failures == 0);
+}
+
 TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 C from fp32, bf16 and fp8 operands"),
                         "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   // One rounding to bf16 at the store on top of the fp32 bound; beta != 0 reads the old bf16 C.

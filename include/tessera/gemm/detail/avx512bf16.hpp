@@ -26,11 +26,13 @@
 
 #include <tessera/config/cpu.hpp>
 #include <tessera/gemm/detail/amx.hpp>
+#include <tessera/gemm/detail/host_pack.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if !TESSERA_DEVICE_PASS && defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
@@ -60,8 +62,22 @@ struct dpbf16_kernel {
   /// K is padded with a zero to whole bf16 pairs.
   static constexpr index_t k_align = 2;
 
-  static std::uint32_t pair(std::uint16_t lo, std::uint16_t hi) noexcept {
-    return static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
+  /// Rows r < rows of `src` (row stride ld elements, kc elements each, K contiguous) as bf16
+  /// pairs into d[q * MR + r] (q < kcp / 2), rows up to MR zero. bf16 rows of even length are
+  /// read in place; others go through a converted, zero-padded copy.
+  template <class S>
+  static void pairs_from_rows(const S* src, index_t ld, index_t rows, index_t kc, std::uint32_t* d,
+                              index_t ldd, index_t lanes) {
+    if (std::is_same_v<S, bfloat16> && kc % 2 == 0) {
+      transpose_words(src, ld * 2, rows, kc / 2, d, ldd, lanes);
+    } else {
+      alignas(64) std::uint16_t tmp[16 * (KC + 2)];
+      for (index_t r = 0; r < rows; ++r) {
+        load_bf16(src + r * ld, tmp + r * (KC + 2), kc);
+        tmp[r * (KC + 2) + kc] = 0;
+      }
+      transpose_words(tmp, (KC + 2) * 2, rows, (kc + 1) / 2, d, ldd, lanes);
+    }
   }
 
   /// A(i0 .. i0+mc, p0 .. p0+kc) into micro-panels [mc/MR][kcp/2][MR] words, zero-padded.
@@ -70,40 +86,53 @@ struct dpbf16_kernel {
                      std::uint16_t* dst) {
     using S = typename VA::storage_type;
     const index_t s0 = a.stride(0), s1 = a.stride(1), kcp = (kc + 1) / 2 * 2, kq = kcp / 2;
-    const S* base = a.data();
-    std::uint16_t run[KC + MR];
-    for (index_t ip = 0; ip < mc; ip += MR) {
-      std::uint32_t* d = reinterpret_cast<std::uint32_t*>(dst + ip * kcp);
-      const index_t rows = std::min(MR, mc - ip);
-      if (s1 == 1 || s0 != 1) {
-        // One row of K at a time (contiguous when s1 == 1), its pairs scattered MR words apart.
-        for (index_t r = 0; r < rows; ++r) {
-          const S* src = base + (i0 + ip + r) * s0 + p0 * s1;
-          if (s1 == 1) {
-            load_bf16(src, run, kc);
-          } else {
-            for (index_t p = 0; p < kc; ++p) run[p] = bf16_bits(src[p * s1]);
-          }
-          run[kc] = 0;
-          for (index_t q = 0; q < kq; ++q) d[q * MR + r] = pair(run[2 * q], run[2 * q + 1]);
+    const S* base = a.data() + i0 * s0 + p0 * s1;
+    if (s1 == 1) {
+      // Rows of K are contiguous: per panel a transpose of rows x kc/2 pairs.
+      for (index_t ip = 0; ip < mc; ip += MR)
+        pairs_from_rows(base + ip * s0, s0, std::min(MR, mc - ip), kc,
+                        reinterpret_cast<std::uint32_t*>(dst + ip * kcp), MR, MR);
+    } else if (s0 == 1) {
+      // Columns of M are contiguous: columns 2q and 2q + 1 (sequential reads) interleaved into
+      // pairs, MR rows to each panel.
+      alignas(64) std::uint16_t col0[MC], col1[MC];
+      const __mmask16 out = static_cast<__mmask16>((1u << MR) - 1u);
+      for (index_t q = 0; q < kq; ++q) {
+        const index_t p = 2 * q;
+        const bool two = p + 1 < kc;
+        const std::uint16_t *c0 = col0, *c1 = col1;
+        if constexpr (std::is_same_v<S, bfloat16>) {
+          c0 = reinterpret_cast<const std::uint16_t*>(base + p * s1);
+          if (two) c1 = reinterpret_cast<const std::uint16_t*>(base + (p + 1) * s1);
+        } else {
+          load_bf16(base + p * s1, col0, mc);
+          if (two) load_bf16(base + (p + 1) * s1, col1, mc);
         }
-      } else {
-        // Columns of M are contiguous: columns 2q and 2q + 1 interleaved.
-        std::uint16_t run1[MR];
-        for (index_t q = 0; q < kq; ++q) {
-          const index_t p = 2 * q;
-          load_bf16(base + (p0 + p) * s1 + i0 + ip, run, rows);
-          if (p + 1 < kc) {
-            load_bf16(base + (p0 + p + 1) * s1 + i0 + ip, run1, rows);
-          } else {
-            std::memset(run1, 0, sizeof run1);
-          }
-          for (index_t r = 0; r < rows; ++r) d[q * MR + r] = pair(run[r], run1[r]);
+        for (index_t ip = 0; ip < mc; ip += MR) {
+          const index_t rows = std::min(MR, mc - ip);
+          const __mmask16 in = static_cast<__mmask16>((1u << rows) - 1u);
+          const __m256i lo = _mm256_maskz_loadu_epi16(in, c0 + ip);
+          const __m256i hi = two ? _mm256_maskz_loadu_epi16(in, c1 + ip) : _mm256_setzero_si256();
+          const __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                                            _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+          _mm512_mask_storeu_epi32(reinterpret_cast<std::uint32_t*>(dst + ip * kcp) + q * MR, out,
+                                   w);
         }
       }
-      if (rows < MR)
-        for (index_t q = 0; q < kq; ++q)
+    } else {
+      for (index_t ip = 0; ip < mc; ip += MR) {
+        auto* d = reinterpret_cast<std::uint32_t*>(dst + ip * kcp);
+        const index_t rows = std::min(MR, mc - ip);
+        for (index_t q = 0; q < kq; ++q) {
+          const index_t p = 2 * q;
+          for (index_t r = 0; r < rows; ++r) {
+            const std::uint16_t lo = bf16_bits(base[(ip + r) * s0 + p * s1]);
+            const std::uint16_t hi = p + 1 < kc ? bf16_bits(base[(ip + r) * s0 + (p + 1) * s1]) : 0;
+            d[q * MR + r] = static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
+          }
           for (index_t r = rows; r < MR; ++r) d[q * MR + r] = 0;
+        }
+      }
     }
   }
 
@@ -113,48 +142,61 @@ struct dpbf16_kernel {
                      std::uint16_t* dst) {
     using S = typename VB::storage_type;
     const index_t s0 = b.stride(0), s1 = b.stride(1), kcp = (kc + 1) / 2 * 2, kq = kcp / 2;
-    const S* base = b.data();
-    std::uint16_t run[KC > NR ? KC + 1 : NR];
-    for (index_t jp = 0; jp < nc; jp += NR) {
-      std::uint32_t* d = reinterpret_cast<std::uint32_t*>(dst + jp * kcp);
-      const index_t cols = std::min(NR, nc - jp);
-      if (s1 == 1) {
-        // Rows of N are contiguous: rows 2q and 2q + 1 interleaved into pairs, 16 columns (one
-        // vector of words) at a time.
-        alignas(64) std::uint16_t r0[NR], r1[NR];
+    const S* base = b.data() + p0 * s0 + j0 * s1;
+    if (s1 == 1) {
+      // Rows of N are contiguous: rows 2q and 2q + 1 (sequential reads) interleaved into pairs,
+      // 32 columns (two vectors of pairs) per step: lane 2j from row 2q, 2j + 1 from 2q + 1.
+      static_assert(NR == 32);
+      alignas(64) static constexpr std::uint16_t idx_lo[32] = {
+          0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+          8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+      const __m512i ilo = _mm512_load_si512(idx_lo);
+      const __m512i ihi = _mm512_add_epi16(ilo, _mm512_set1_epi16(16));
+      alignas(64) std::uint16_t row0[NC_max], row1[NC_max];
+      for (index_t q = 0; q < kq; ++q) {
+        const index_t p = 2 * q;
+        const bool two = p + 1 < kc;
+        const std::uint16_t *r0, *r1;
+        if constexpr (std::is_same_v<S, bfloat16>) {
+          r0 = reinterpret_cast<const std::uint16_t*>(base + p * s0);
+          r1 = two ? reinterpret_cast<const std::uint16_t*>(base + (p + 1) * s0) : r0;
+        } else {
+          load_bf16(base + p * s0, row0, nc);
+          if (two) load_bf16(base + (p + 1) * s0, row1, nc);
+          r0 = row0;
+          r1 = row1;
+        }
+        for (index_t jp = 0; jp < nc; jp += NR) {
+          const index_t cols = std::min(NR, nc - jp);
+          const __mmask32 m = cols == 32 ? ~__mmask32(0) : (__mmask32(1) << cols) - 1u;
+          const __m512i lo = _mm512_maskz_loadu_epi16(m, r0 + jp);
+          const __m512i hi = two ? _mm512_maskz_loadu_epi16(m, r1 + jp) : _mm512_setzero_si512();
+          auto* d = reinterpret_cast<std::uint32_t*>(dst + jp * kcp) + q * NR;
+          _mm512_store_si512(d, _mm512_permutex2var_epi16(lo, ilo, hi));
+          _mm512_store_si512(d + 16, _mm512_permutex2var_epi16(lo, ihi, hi));
+        }
+      }
+    } else if (s0 == 1) {
+      // Columns of K are contiguous: transposes of 16 columns x kc/2 pairs.
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        auto* d = reinterpret_cast<std::uint32_t*>(dst + jp * kcp);
+        for (index_t j = 0; j < NR; j += 16)
+          pairs_from_rows(base + (jp + j) * s1, s1, std::clamp<index_t>(nc - jp - j, 0, 16), kc,
+                          d + j, NR, 16);
+      }
+    } else {
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        auto* d = reinterpret_cast<std::uint32_t*>(dst + jp * kcp);
+        const index_t cols = std::min(NR, nc - jp);
         for (index_t q = 0; q < kq; ++q) {
           const index_t p = 2 * q;
-          load_bf16(base + (p0 + p) * s0 + j0 + jp, r0, cols);
-          for (index_t j = cols; j < NR; ++j) r0[j] = 0;
-          if (p + 1 < kc) {
-            load_bf16(base + (p0 + p + 1) * s0 + j0 + jp, r1, cols);
-            for (index_t j = cols; j < NR; ++j) r1[j] = 0;
-          } else {
-            std::memset(r1, 0, sizeof r1);
+          for (index_t j = 0; j < cols; ++j) {
+            const std::uint16_t lo = bf16_bits(base[p * s0 + (jp + j) * s1]);
+            const std::uint16_t hi = p + 1 < kc ? bf16_bits(base[(p + 1) * s0 + (jp + j) * s1]) : 0;
+            d[q * NR + j] = static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
           }
-          for (index_t v = 0; v < NV; ++v) {
-            const __m512i lo = _mm512_cvtepu16_epi32(
-                _mm256_load_si256(reinterpret_cast<const __m256i*>(r0 + 16 * v)));
-            const __m512i hi = _mm512_cvtepu16_epi32(
-                _mm256_load_si256(reinterpret_cast<const __m256i*>(r1 + 16 * v)));
-            _mm512_store_si512(d + q * NR + 16 * v, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-          }
+          for (index_t j = cols; j < NR; ++j) d[q * NR + j] = 0;
         }
-      } else {
-        // One column of K at a time (contiguous when s0 == 1), its pairs NR words apart.
-        for (index_t j = 0; j < cols; ++j) {
-          const S* src = base + p0 * s0 + (j0 + jp + j) * s1;
-          if (s0 == 1) {
-            load_bf16(src, run, kc);
-          } else {
-            for (index_t p = 0; p < kc; ++p) run[p] = bf16_bits(src[p * s0]);
-          }
-          run[kc] = 0;
-          for (index_t q = 0; q < kq; ++q) d[q * NR + j] = pair(run[2 * q], run[2 * q + 1]);
-        }
-        if (cols < NR)
-          for (index_t q = 0; q < kq; ++q)
-            for (index_t j = cols; j < NR; ++j) d[q * NR + j] = 0;
       }
     }
   }

@@ -22,6 +22,7 @@
 #include <tessera/config/cpu.hpp>
 #include <tessera/gemm/detail/amx.hpp>
 #include <tessera/gemm/detail/avx512bf16.hpp>
+#include <tessera/gemm/detail/host_pack.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 #include <tessera/gemm/detail/reference.hpp>
 #include <tessera/simd/lanes.hpp>
@@ -213,27 +214,44 @@ struct fma_kernel {
   static void pack_a(const VA& a, index_t i0, index_t mc, index_t p0, index_t kc, float* dst) {
     using S = typename VA::storage_type;
     const index_t s0 = a.stride(0), s1 = a.stride(1);
-    const S* base = a.data();
-    float row[KC];
-    for (index_t ip = 0; ip < mc; ip += MR) {
-      float* d = dst + ip * kc;
-      const index_t rows = std::min(MR, mc - ip);
-      if (s1 == 1) {
-        for (index_t r = 0; r < rows; ++r) {
-          load_floats(base + (i0 + ip + r) * s0 + p0, row, kc);
-          for (index_t p = 0; p < kc; ++p) d[p * MR + r] = row[p];
+    const S* base = a.data() + i0 * s0 + p0 * s1;
+    if (s1 == 1 && MR <= 16) {
+      // Rows of K are contiguous: per panel a transpose of rows x kc (converted first unless
+      // fp32).
+      for (index_t ip = 0; ip < mc; ip += MR) {
+        const index_t rows = std::min(MR, mc - ip);
+        const S* src = base + ip * s0;
+        if constexpr (std::is_same_v<S, float>) {
+          transpose_words(src, s0 * 4, rows, kc, dst + ip * kc, MR, MR);
+        } else {
+          float tmp[MR * KC];
+          for (index_t r = 0; r < rows; ++r) load_floats(src + r * s0, tmp + r * KC, kc);
+          transpose_words(tmp, KC * 4, rows, kc, dst + ip * kc, MR, MR);
         }
-      } else if (s0 == 1) {
-        for (index_t p = 0; p < kc; ++p)
-          load_floats(base + (p0 + p) * s1 + i0 + ip, d + p * MR, rows);
-      } else {
-        for (index_t r = 0; r < rows; ++r)
-          for (index_t p = 0; p < kc; ++p)
-            d[p * MR + r] = to_float(base[(i0 + ip + r) * s0 + (p0 + p) * s1]);
       }
-      if (rows < MR)
-        for (index_t p = 0; p < kc; ++p)
+    } else if (s0 == 1 && MR <= 32) {
+      // Columns of M are contiguous: column by column (sequential reads), MR rows to each panel.
+      float col[MC];
+      for (index_t p = 0; p < kc; ++p) {
+        const float* c;
+        if constexpr (std::is_same_v<S, float>) {
+          c = base + p * s1;
+        } else {
+          load_floats(base + p * s1, col, mc);
+          c = col;
+        }
+        for (index_t ip = 0; ip < mc; ip += MR)
+          copy_words(c + ip, std::min(MR, mc - ip), dst + ip * kc + p * MR, MR);
+      }
+    } else {
+      for (index_t ip = 0; ip < mc; ip += MR) {
+        float* d = dst + ip * kc;
+        const index_t rows = std::min(MR, mc - ip);
+        for (index_t p = 0; p < kc; ++p) {
+          for (index_t r = 0; r < rows; ++r) d[p * MR + r] = to_float(base[(ip + r) * s0 + p * s1]);
           for (index_t r = rows; r < MR; ++r) d[p * MR + r] = 0.f;
+        }
+      }
     }
   }
 
@@ -242,27 +260,47 @@ struct fma_kernel {
   static void pack_b(const VB& b, index_t p0, index_t kc, index_t j0, index_t nc, float* dst) {
     using S = typename VB::storage_type;
     const index_t s0 = b.stride(0), s1 = b.stride(1);
-    const S* base = b.data();
-    float col[KC];
-    for (index_t jp = 0; jp < nc; jp += NR) {
-      float* d = dst + jp * kc;
-      const index_t cols = std::min(NR, nc - jp);
-      if (s1 == 1) {
-        for (index_t p = 0; p < kc; ++p)
-          load_floats(base + (p0 + p) * s0 + j0 + jp, d + p * NR, cols);
-      } else if (s0 == 1) {
-        for (index_t j = 0; j < cols; ++j) {
-          load_floats(base + (j0 + jp + j) * s1 + p0, col, kc);
-          for (index_t p = 0; p < kc; ++p) d[p * NR + j] = col[p];
+    const S* base = b.data() + p0 * s0 + j0 * s1;
+    if (s1 == 1 && NR <= 32) {
+      // Rows of N are contiguous: panel by panel, NR columns of each row.
+      float row[NR];
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        const index_t cols = std::min(NR, nc - jp);
+        float* d = dst + jp * kc;
+        for (index_t p = 0; p < kc; ++p) {
+          if constexpr (std::is_same_v<S, float>) {
+            copy_words(base + p * s0 + jp, cols, d + p * NR, NR);
+          } else {
+            load_floats(base + p * s0 + jp, row, cols);
+            copy_words(row, cols, d + p * NR, NR);
+          }
         }
-      } else {
-        for (index_t p = 0; p < kc; ++p)
-          for (index_t j = 0; j < cols; ++j)
-            d[p * NR + j] = to_float(base[(p0 + p) * s0 + (j0 + jp + j) * s1]);
       }
-      if (cols < NR)
-        for (index_t p = 0; p < kc; ++p)
+    } else if (s0 == 1 && NR % 16 == 0) {
+      // Columns of K are contiguous: transposes of 16 columns x kc.
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        float* d = dst + jp * kc;
+        for (index_t j = 0; j < NR; j += 16) {
+          const index_t cols = std::clamp<index_t>(nc - jp - j, 0, 16);
+          const S* src = base + (jp + j) * s1;
+          if constexpr (std::is_same_v<S, float>) {
+            transpose_words(src, s1 * 4, cols, kc, d + j, NR, 16);
+          } else {
+            float tmp[16 * KC];
+            for (index_t c = 0; c < cols; ++c) load_floats(src + c * s1, tmp + c * KC, kc);
+            transpose_words(tmp, KC * 4, cols, kc, d + j, NR, 16);
+          }
+        }
+      }
+    } else {
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        float* d = dst + jp * kc;
+        const index_t cols = std::min(NR, nc - jp);
+        for (index_t p = 0; p < kc; ++p) {
+          for (index_t j = 0; j < cols; ++j) d[p * NR + j] = to_float(base[p * s0 + (jp + j) * s1]);
           for (index_t j = cols; j < NR; ++j) d[p * NR + j] = 0.f;
+        }
+      }
     }
   }
 
