@@ -83,16 +83,16 @@ double fp32_peak = 0, bf16_peak = 0; // measured GFLOP/s of one core (0: not mea
 // latency behind 2 pipes) of one instruction on registers. The chains are plain variables
 // (an array, or a lambda around the instruction, made GCC keep them in memory).
 #define TESSERA_BENCH_PEAK_LOOP(INIT, STEP, FLOPS)                                                 \
-  /* distinct starting values: equal chains would be merged into one */                          \
+  /* distinct starting values: equal chains would be merged into one */                            \
   __m512 c0 = INIT(0), c1 = INIT(1), c2 = INIT(2), c3 = INIT(3), c4 = INIT(4), c5 = INIT(5),       \
-         c6 = INIT(6), c7 = INIT(7), c8 = INIT(8), c9 = INIT(9), c10 = INIT(10), c11 = INIT(11),    \
+         c6 = INIT(6), c7 = INIT(7), c8 = INIT(8), c9 = INIT(9), c10 = INIT(10), c11 = INIT(11),   \
          c12 = INIT(12), c13 = INIT(13), c14 = INIT(14), c15 = INIT(15), c16 = INIT(16),           \
          c17 = INIT(17), c18 = INIT(18), c19 = INIT(19), c20 = INIT(20), c21 = INIT(21),           \
          c22 = INIT(22), c23 = INIT(23);                                                           \
   const long iters = 20000;                                                                        \
   double best = 1e30;                                                                              \
   for (int rep = 0; rep < 200; ++rep) {                                                            \
-    const auto t0 = std::chrono::steady_clock::now();                                             \
+    const auto t0 = std::chrono::steady_clock::now();                                              \
     for (long i = 0; i < iters; ++i) {                                                             \
       c0 = STEP(c0), c1 = STEP(c1), c2 = STEP(c2), c3 = STEP(c3), c4 = STEP(c4), c5 = STEP(c5);    \
       c6 = STEP(c6), c7 = STEP(c7), c8 = STEP(c8), c9 = STEP(c9), c10 = STEP(c10);                 \
@@ -338,8 +338,10 @@ void print_tables() {
       for (const char* i : impls) any = any || secs(s, t, i) > 0;
       if (!any) continue;
       std::printf("| %s | %d |", s.name().c_str(), t);
-      for (const char* i : impls)
-        std::printf(" %s |", fmt(s.flops() / secs(s, t, i) * 1e-9, "%.0f").c_str());
+      for (const char* i : impls) {
+        const double sec = secs(s, t, i);
+        std::printf(" %s |", fmt(sec > 0 ? s.flops() / sec * 1e-9 : 0, "%.0f").c_str());
+      }
       std::printf("\n");
     }
   std::printf("\nRatios (> 1: tessera faster) and fractions of the measured peak of the threads "

@@ -87,12 +87,12 @@ TEMPLATE_LIST_TEST_CASE(
 TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 and fp8 shapes straddling the host blocking"),
                         "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   // host_packed's low-precision kernels (include/tessera/gemm/detail/): AVX512_BF16 MR 14,
-  // NR 32, K in bf16 pairs, KC 512, MC 336; AMX 32 x 32 tiles, K in steps of 32, KC 512, MC 256;
+  // NR 32, K in bf16 pairs, KC 1024, MC 112; AMX 32 x 32 tiles, K in steps of 32, KC 512, MC 256;
   // NC up to 1024 for both. Each shape sits just below, at or just above a block edge (odd K
   // pads the last pair), with C row-major (partial sums over K kept in C) and transposed (kept
   // in a workspace), operands row-major or transposed, beta 0 (NaN C) and 1.
-  const index_t shapes[][3] = {{337, 50, 513}, {336, 64, 512},  {40, 1025, 511},
-                               {29, 97, 1025}, {257, 33, 1024}, {15, 1024, 31}};
+  const index_t shapes[][3] = {{113, 50, 1025}, {112, 64, 1024}, {40, 1025, 1023},
+                               {29, 97, 2049},  {257, 33, 513},  {15, 1024, 31}};
   std::uint64_t seed = base_seed + 400;
   index_t failures = 0;
   for (const auto& s : shapes)
