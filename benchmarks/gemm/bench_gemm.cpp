@@ -4,20 +4,26 @@
 // the anchors set to 1 thread) and 2 threads (Kokkos::OpenMP, anchors set to 2 threads).
 //
 // Shapes (M, N, K): square 64 .. 2048 and (4096, 1024, 1024), (64, 4096, 4096) (issue 3).
+// Filter with Google Benchmark's --benchmark_filter, e.g. '1024x1024x1024/threads:1/' or
+// 'tessera_bf16|onednn_bf16'; the summary tables show what ran.
 //
-// Timing: each benchmark repeats the call for >= 0.2 s and records the FASTEST call (the
-// "time" Google Benchmark prints is the mean). The machine is shared: other processes preempt
-// runs at random, which the minimum filters out and the mean does not. Every implementation is
+// Timing: the machine is shared, so each benchmark keeps its FASTEST call, over all calls of
+// all repetitions (by default 3 repetitions in random order, --benchmark_repetitions=3
+// --benchmark_enable_random_interleaving=true, so that a busy moment does not hit one
+// implementation only). A call on 1 thread is timed in CPU time of the calling thread (every
+// implementation runs there: Serial, OpenBLAS and oneDNN with 1 thread), which other processes
+// taking the core do not inflate; on 2 threads in wall-clock time. Every implementation is
 // timed the same way, so the ratios compare like with like.
 //
-// Counters: GFLOP/s = 2 M N K / best time; x_<anchor> = anchor time / tessera time (> 1: tessera
-// faster); peak = GFLOP/s / fp32 FMA peak of the threads used, where the per-core peak is
-// measured at start-up (24 independent AVX-512 FMA chains, best of 200 short runs: 2 FMA
-// units x 16 lanes x 2 flop x the clock the core actually runs at).
+// Peak: measured at start-up on one core, best of 200 short runs of 24 independent chains of
+// AVX-512 FMA (fp32: 2 FMA pipes x 16 lanes x 2 flop per cycle) and of VDPBF16PS (bf16: 32
+// products and sums per instruction), at the clock the core actually runs at; times the number
+// of threads.
 //
-// After the Google Benchmark output a markdown table summarises everything. Use
-//   bench_gemm --benchmark_out=gemm.json --benchmark_out_format=json
-// for the JSON scripts/plot_gemm.py reads (scripts/bench_gemm.sh does both).
+// Output: Google Benchmark's (GFLOP/s and the fraction of peak as counters), then markdown
+// tables: every implementation's GFLOP/s, the ratios of the issue's targets (> 1: tessera
+// faster), 2 threads over 1, and each target met or missed. For the JSON scripts/plot_gemm.py
+// reads: --benchmark_out=gemm.json --benchmark_out_format=json (scripts/bench_gemm.sh does both).
 #include <tessera/gemm.hpp>
 
 #include <benchmark/benchmark.h>
@@ -25,8 +31,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -69,48 +77,120 @@ std::string key(const shape& s, int threads, const std::string& impl) {
   return s.name() + "/" + std::to_string(threads) + "/" + impl;
 }
 
-double peak_per_core = 0; // measured fp32 FMA GFLOP/s of one core
+double fp32_peak = 0, bf16_peak = 0; // measured GFLOP/s of one core (0: not measured)
 
-/// Best time of 200 short runs of 24 independent FMA chains (enough to hide the 4-cycle
-/// latency behind 2 FMA units).
-double measure_fp32_peak() {
+// Peaks: best time of 200 short runs of 24 independent chains (enough to hide a 4 to 6 cycle
+// latency behind 2 pipes) of one instruction on registers. The chains are plain variables
+// (an array, or a lambda around the instruction, made GCC keep them in memory).
+#define TESSERA_BENCH_PEAK_LOOP(INIT, STEP, FLOPS)                                                 \
+  /* distinct starting values: equal chains would be merged into one */                            \
+  __m512 c0 = INIT(0), c1 = INIT(1), c2 = INIT(2), c3 = INIT(3), c4 = INIT(4), c5 = INIT(5),       \
+         c6 = INIT(6), c7 = INIT(7), c8 = INIT(8), c9 = INIT(9), c10 = INIT(10), c11 = INIT(11),   \
+         c12 = INIT(12), c13 = INIT(13), c14 = INIT(14), c15 = INIT(15), c16 = INIT(16),           \
+         c17 = INIT(17), c18 = INIT(18), c19 = INIT(19), c20 = INIT(20), c21 = INIT(21),           \
+         c22 = INIT(22), c23 = INIT(23);                                                           \
+  const long iters = 20000;                                                                        \
+  double best = 1e30;                                                                              \
+  for (int rep = 0; rep < 200; ++rep) {                                                            \
+    const auto t0 = std::chrono::steady_clock::now();                                              \
+    for (long i = 0; i < iters; ++i) {                                                             \
+      c0 = STEP(c0), c1 = STEP(c1), c2 = STEP(c2), c3 = STEP(c3), c4 = STEP(c4), c5 = STEP(c5);    \
+      c6 = STEP(c6), c7 = STEP(c7), c8 = STEP(c8), c9 = STEP(c9), c10 = STEP(c10);                 \
+      c11 = STEP(c11), c12 = STEP(c12), c13 = STEP(c13), c14 = STEP(c14), c15 = STEP(c15);         \
+      c16 = STEP(c16), c17 = STEP(c17), c18 = STEP(c18), c19 = STEP(c19), c20 = STEP(c20);         \
+      c21 = STEP(c21), c22 = STEP(c22), c23 = STEP(c23);                                           \
+    }                                                                                              \
+    best = std::min(best,                                                                          \
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); \
+  }                                                                                                \
+  const __m512 sum = _mm512_add_ps(                                                                \
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),                   \
+                    _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7))),                  \
+      _mm512_add_ps(                                                                               \
+          _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)),             \
+                        _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15))),          \
+          _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c16, c17), _mm512_add_ps(c18, c19)),           \
+                        _mm512_add_ps(_mm512_add_ps(c20, c21), _mm512_add_ps(c22, c23)))));        \
+  benchmark::DoNotOptimize(sum);                                                                   \
+  return 24.0 * (FLOPS)*iters / best * 1e-9
+
+#define TESSERA_BENCH_INIT(i) _mm512_set1_ps(static_cast<float>(i) * 1e-3f)
+
 #if defined(__AVX512F__)
-  __m512 c[24];
-  for (int i = 0; i < 24; ++i) c[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+double measure_fp32_peak() {
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
-  const long iters = 20000;
-  double best = 1e30;
-  for (int rep = 0; rep < 200; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (long i = 0; i < iters; ++i) {
-#pragma GCC unroll 24
-      for (int j = 0; j < 24; ++j) c[j] = _mm512_fmadd_ps(a, c[j], b);
-    }
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  float sink = 0;
-  for (int j = 0; j < 24; ++j) sink += _mm512_reduce_add_ps(c[j]);
-  benchmark::DoNotOptimize(sink);
-  return 24.0 * 32 * iters / best * 1e-9;
-#else
-  return 0;
+#define TESSERA_BENCH_FMA(c) _mm512_fmadd_ps(a, c, b)
+  TESSERA_BENCH_PEAK_LOOP(TESSERA_BENCH_INIT, TESSERA_BENCH_FMA, 32);
+#undef TESSERA_BENCH_FMA
+}
+#endif
+
+#if defined(__AVX512BF16__)
+double measure_bf16_peak() {
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80); // bf16 pairs (1, 1)
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x38003800); // (2^-15, 2^-15)
+#define TESSERA_BENCH_DP(c) _mm512_dpbf16_ps(c, x, y)
+  TESSERA_BENCH_PEAK_LOOP(TESSERA_BENCH_INIT, TESSERA_BENCH_DP, 64);
+#undef TESSERA_BENCH_DP
+}
+#endif
+
+void measure_peaks() {
+#if defined(__AVX512F__)
+  fp32_peak = measure_fp32_peak();
+#endif
+#if defined(__AVX512BF16__)
+  if (tessera::cpu::has_avx512bf16()) bf16_peak = measure_bf16_peak();
 #endif
 }
 
-/// Runs fn in the benchmark loop (after a warm-up call), keeps the fastest call.
+/// n values uniform in [-1, 1) as fp32 or (bf16) their top 16 bits: the anchors get data like
+/// tessera's (fill_uniform), since the power a core draws, and so its clock, depends on the
+/// data (constant or zero operands run faster).
+void fill_random(void* p, index_t n, bool bf16, std::uint32_t seed) {
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (index_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const float v = static_cast<float>(x >> 8) * (2.f / 16777216.f) - 1.f;
+    if (bf16) {
+      std::uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const auto h = static_cast<std::uint16_t>(u >> 16);
+      std::memcpy(static_cast<std::uint16_t*>(p) + i, &h, 2);
+    } else {
+      static_cast<float*>(p)[i] = v;
+    }
+  }
+}
+
+/// Seconds of the calling thread's CPU time (1 thread) or of the wall clock (more).
+double now(int threads) {
+  if (threads == 1) {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Runs fn in the benchmark loop (after a warm-up call), keeps the fastest call (over all
+/// repetitions) in best_seconds.
 template <class F>
-void timed_loop(benchmark::State& st, const shape& s, const std::string& k, F&& fn) {
+void timed_loop(benchmark::State& st, const shape& s, int threads, const std::string& impl,
+                F&& fn) {
   fn(); // warm-up: packing buffers, page faults, oneDNN's JIT, AMX permission
   double best = 1e30;
   for (auto _ : st) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now(threads);
     fn();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, now(threads) - t0);
   }
-  best_seconds[k] = best;
+  const std::string k = key(s, threads, impl);
+  const auto it = best_seconds.find(k);
+  best_seconds[k] = it == best_seconds.end() ? best : std::min(best, it->second);
   st.counters["GFLOP/s"] = s.flops() / best * 1e-9;
+  const double peak = impl.find("fp32") != std::string::npos ? fp32_peak : bf16_peak;
+  if (peak > 0) st.counters["peak"] = s.flops() / best * 1e-9 / (peak * threads);
 }
 
 template <class Exec, class PA, class PB>
@@ -123,15 +203,7 @@ void bm_tessera(benchmark::State& st, shape s, int threads, std::string impl) {
                                                                                        s.n);
   tessera::fill_uniform(exec, a, 1, -1.f, 1.f);
   tessera::fill_uniform(exec, b, 2, -1.f, 1.f);
-  const std::string k = key(s, threads, impl);
-  timed_loop(st, s, k, [&] { tessera::gemm(exec, a, b, c); });
-  for (const char* anchor : {"openblas_fp32", "onednn_fp32", "onednn_bf16"}) {
-    const auto it = best_seconds.find(key(s, threads, anchor));
-    if (it != best_seconds.end())
-      st.counters[std::string("x_") + anchor] = it->second / best_seconds[k];
-  }
-  if (peak_per_core > 0)
-    st.counters["peak"] = s.flops() / best_seconds[k] * 1e-9 / (peak_per_core * threads);
+  timed_loop(st, s, threads, impl, [&] { tessera::gemm(exec, a, b, c); });
 }
 
 #if defined(TESSERA_HAVE_DNNL)
@@ -147,12 +219,12 @@ void bm_onednn(benchmark::State& st, shape s, int threads, dnnl::memory::data_ty
     const matmul::primitive_desc pd(matmul::desc(a_md, b_md, c_md), eng);
     const matmul prim(pd);
     memory a(a_md, eng), b(b_md, eng), c(c_md, eng);
-    std::memset(a.get_data_handle(), 0, a_md.get_size());
-    std::memset(b.get_data_handle(), 0, b_md.get_size());
+    fill_random(a.get_data_handle(), s.m * s.k, dt == memory::data_type::bf16, 1);
+    fill_random(b.get_data_handle(), s.k * s.n, dt == memory::data_type::bf16, 2);
     const std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     const std::string impl = dt == memory::data_type::f32 ? "onednn_fp32" : "onednn_bf16";
-    timed_loop(st, s, key(s, threads, impl), [&] {
+    timed_loop(st, s, threads, impl, [&] {
       prim.execute(strm, args);
       strm.wait();
     });
@@ -167,10 +239,12 @@ void bm_onednn(benchmark::State& st, shape s, int threads, dnnl::memory::data_ty
 #if defined(TESSERA_HAVE_OPENBLAS)
 void bm_openblas(benchmark::State& st, shape s, int threads) {
   openblas_set_num_threads(threads);
-  std::vector<float> a(static_cast<std::size_t>(s.m * s.k), 0.5f),
-      b(static_cast<std::size_t>(s.k * s.n), 0.25f), c(static_cast<std::size_t>(s.m * s.n));
+  std::vector<float> a(static_cast<std::size_t>(s.m * s.k)), b(static_cast<std::size_t>(s.k * s.n)),
+      c(static_cast<std::size_t>(s.m * s.n));
+  fill_random(a.data(), s.m * s.k, false, 1);
+  fill_random(b.data(), s.k * s.n, false, 2);
   const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-  timed_loop(st, s, key(s, threads, "openblas_fp32"), [&] {
+  timed_loop(st, s, threads, "openblas_fp32", [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.f, a.data(), k, b.data(), n,
                 0.f, c.data(), n);
   });
@@ -224,81 +298,139 @@ void register_all() {
     }
 }
 
-void print_table() {
-  const auto gf = [](const shape& s, const std::string& k) -> std::string {
-    const auto it = best_seconds.find(k);
-    if (it == best_seconds.end()) return "-";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", s.flops() / it->second * 1e-9);
-    return buf;
-  };
-  const auto ratio = [](const std::string& num, const std::string& den) -> std::string {
-    const auto a = best_seconds.find(num), b = best_seconds.find(den);
-    if (a == best_seconds.end() || b == best_seconds.end()) return "-";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f", b->second / a->second);
-    return buf;
-  };
-  std::printf("\nfp32 FMA peak measured: %.1f GFLOP/s per core\n", peak_per_core);
-  std::printf("\n| M x N x K | thr | OpenBLAS | oneDNN fp32 | oneDNN bf16 | tessera fp32 | bf16 | "
-              "e4m3 | e5m2 | e4m3xe5m2 | fp32/OpenBLAS | fp32/oneDNN | fp32 peak | "
-              "bf16/oneDNN bf16 | fp8/bf16 |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+/// Fastest time of an implementation, or 0 if it did not run.
+double secs(const shape& s, int t, const char* impl) {
+  const auto it = best_seconds.find(key(s, t, impl));
+  return it == best_seconds.end() ? 0 : it->second;
+}
+
+std::string fmt(double v, const char* f) {
+  if (!(v > 0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// The slowest of the three fp8 variants (0 if none ran).
+double fp8_secs(const shape& s, int t) {
+  double worst = 0;
+  for (const char* f : {"tessera_e4m3", "tessera_e5m2", "tessera_e4m3xe5m2"})
+    worst = std::max(worst, secs(s, t, f));
+  return worst;
+}
+
+/// Ratio a / b of times (speed of b over a) or 0.
+double speedup(double a, double b) {
+  return a > 0 && b > 0 ? a / b : 0;
+}
+
+void print_tables() {
+  std::printf("\nPeak measured on one core: fp32 FMA %.1f GFLOP/s, bf16 VDPBF16PS %.1f GFLOP/s "
+              "(0: not available)\n",
+              fp32_peak, bf16_peak);
+  std::printf(
+      "\nGFLOP/s (2 M N K / fastest call):\n\n"
+      "| M x N x K | thr | OpenBLAS fp32 | oneDNN fp32 | oneDNN bf16 | tessera fp32 | bf16 | "
+      "e4m3 | e5m2 | e4m3 x e5m2 |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int t : {1, 2})
     for (const auto& s : shapes) {
-      const auto k = [&](const char* impl) { return key(s, t, impl); };
-      if (best_seconds.count(k("tessera_fp32")) == 0) continue;
-      char peak[32] = "-";
-      if (peak_per_core > 0)
-        std::snprintf(peak, sizeof peak, "%.0f%%",
-                      100 * s.flops() / best_seconds[k("tessera_fp32")] * 1e-9 /
-                          (peak_per_core * t));
-      // fp8 / bf16: the slower of the three fp8 variants against bf16.
-      std::string fp8 = "-";
-      if (best_seconds.count(k("tessera_bf16"))) {
-        double worst = 0;
-        for (const char* f : {"tessera_e4m3", "tessera_e5m2", "tessera_e4m3xe5m2"})
-          if (best_seconds.count(k(f))) worst = std::max(worst, best_seconds[k(f)]);
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.2f", best_seconds[k("tessera_bf16")] / worst);
-        if (worst > 0) fp8 = buf;
+      bool any = false;
+      for (const char* i : impls) any = any || secs(s, t, i) > 0;
+      if (!any) continue;
+      std::printf("| %s | %d |", s.name().c_str(), t);
+      for (const char* i : impls) {
+        const double sec = secs(s, t, i);
+        std::printf(" %s |", fmt(sec > 0 ? s.flops() / sec * 1e-9 : 0, "%.0f").c_str());
       }
-      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-                  s.name().c_str(), t, gf(s, k("openblas_fp32")).c_str(),
-                  gf(s, k("onednn_fp32")).c_str(), gf(s, k("onednn_bf16")).c_str(),
-                  gf(s, k("tessera_fp32")).c_str(), gf(s, k("tessera_bf16")).c_str(),
-                  gf(s, k("tessera_e4m3")).c_str(), gf(s, k("tessera_e5m2")).c_str(),
-                  gf(s, k("tessera_e4m3xe5m2")).c_str(),
-                  ratio(k("tessera_fp32"), k("openblas_fp32")).c_str(),
-                  ratio(k("tessera_fp32"), k("onednn_fp32")).c_str(), peak,
-                  ratio(k("tessera_bf16"), k("onednn_bf16")).c_str(), fp8.c_str());
+      std::printf("\n");
     }
-  std::printf("(GFLOP/s = 2 M N K / fastest call; ratios > 1 mean tessera is faster; fp8/bf16 is "
-              "the slowest fp8 variant's speed over bf16's)\n");
+  std::printf("\nRatios (> 1: tessera faster) and fractions of the measured peak of the threads "
+              "used; fp8 = the slowest of e4m3, e5m2, e4m3 x e5m2:\n\n"
+              "| M x N x K | thr | fp32 / OpenBLAS | fp32 / oneDNN fp32 | fp32 %% peak | "
+              "bf16 / oneDNN bf16 | bf16 %% bf16 peak | fp8 / bf16 |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  for (int t : {1, 2})
+    for (const auto& s : shapes) {
+      const double f = secs(s, t, "tessera_fp32"), b = secs(s, t, "tessera_bf16");
+      if (f == 0 && b == 0) continue;
+      const double fp = f > 0 && fp32_peak > 0 ? 100 * s.flops() / f * 1e-9 / (fp32_peak * t) : 0;
+      const double bp = b > 0 && bf16_peak > 0 ? 100 * s.flops() / b * 1e-9 / (bf16_peak * t) : 0;
+      std::printf("| %s | %d | %s | %s | %s | %s | %s | %s |\n", s.name().c_str(), t,
+                  fmt(speedup(secs(s, t, "openblas_fp32"), f), "%.2f").c_str(),
+                  fmt(speedup(secs(s, t, "onednn_fp32"), f), "%.2f").c_str(),
+                  fmt(fp, "%.0f%%").c_str(),
+                  fmt(speedup(secs(s, t, "onednn_bf16"), b), "%.2f").c_str(),
+                  fmt(bp, "%.0f%%").c_str(), fmt(speedup(b, fp8_secs(s, t)), "%.2f").c_str());
+    }
   std::printf("\n| M x N x K | fp32 2 thr / 1 thr | bf16 2 thr / 1 thr |\n|---|---|---|\n");
   for (const auto& s : shapes) {
-    const auto r = [&](const char* impl) -> std::string {
-      const auto a = best_seconds.find(key(s, 1, impl)), b = best_seconds.find(key(s, 2, impl));
-      if (a == best_seconds.end() || b == best_seconds.end()) return "-";
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.2f", a->second / b->second);
-      return buf;
+    const auto r = [&](const char* i) {
+      return fmt(speedup(secs(s, 1, i), secs(s, 2, i)), "%.2f");
     };
-    std::printf("| %s | %s | %s |\n", s.name().c_str(), r("tessera_fp32").c_str(),
-                r("tessera_bf16").c_str());
+    if (secs(s, 1, "tessera_fp32") > 0 || secs(s, 1, "tessera_bf16") > 0)
+      std::printf("| %s | %s | %s |\n", s.name().c_str(), r("tessera_fp32").c_str(),
+                  r("tessera_bf16").c_str());
   }
+  // The issue's targets: the worst case over the sizes each one covers.
+  std::printf("\nTargets (issue 3; worst case over the sizes covered, '-' where not measured):\n\n"
+              "| target | measured | met |\n|---|---|---|\n");
+  const auto row = [](const char* what, double v, double need, const char* f) {
+    std::printf("| %s | %s | %s |\n", what, fmt(v, f).c_str(),
+                v > 0 ? (v >= need ? "yes" : "no") : "-");
+  };
+  double ob = 1e9, od = 1e9, bd = 1e9, f8 = 1e9;
+  for (const auto& s : shapes) {
+    const bool big = std::min({s.m, s.n, s.k}) >= 256;
+    const double f = secs(s, 1, "tessera_fp32");
+    if (big && f > 0) {
+      if (const double r = speedup(secs(s, 1, "openblas_fp32"), f); r > 0) ob = std::min(ob, r);
+      if (const double r = speedup(secs(s, 1, "onednn_fp32"), f); r > 0) od = std::min(od, r);
+    }
+    for (int t : {1, 2}) {
+      const double b = secs(s, t, "tessera_bf16");
+      if (const double r = speedup(secs(s, t, "onednn_bf16"), b); r > 0) bd = std::min(bd, r);
+      if (const double r = speedup(b, fp8_secs(s, t)); r > 0) f8 = std::min(f8, r);
+    }
+  }
+  const auto none = [](double v) { return v < 1e9 ? v : 0; };
+  const shape k1{1024, 1024, 1024};
+  const double f1 = secs(k1, 1, "tessera_fp32");
+  row("fp32 1 thr / OpenBLAS >= 1.1 (sizes >= 256)", none(ob), 1.1, "%.2f");
+  row("fp32 1 thr / oneDNN >= 1.0 (sizes >= 256)", none(od), 1.0, "%.2f");
+  row("fp32 1 thr >= 85% of FMA peak at 1024^3",
+      f1 > 0 && fp32_peak > 0 ? 100 * k1.flops() / f1 * 1e-9 / fp32_peak : 0, 85, "%.0f%%");
+  row("bf16 / oneDNN bf16 >= 1.0 (all sizes, 1 and 2 thr)", none(bd), 1.0, "%.2f");
+  row("fp8 / bf16 >= 0.9 (all sizes, 1 and 2 thr)", none(f8), 0.9, "%.2f");
+  row("fp32 2 thr / 1 thr >= 1.8 at 1024^3",
+      speedup(secs(k1, 1, "tessera_fp32"), secs(k1, 2, "tessera_fp32")), 1.8, "%.2f");
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
-  benchmark::Initialize(&argc, argv);
-  peak_per_core = measure_fp32_peak();
-  benchmark::AddCustomContext("fp32_peak_gflops_per_core", std::to_string(peak_per_core));
+  // Defaults (see the file comment) unless given on the command line.
+  std::vector<char*> args(argv, argv + argc);
+  std::string reps = "--benchmark_repetitions=3",
+              shuffle = "--benchmark_enable_random_interleaving=true",
+              aggregates = "--benchmark_display_aggregates_only=true";
+  const auto given = [&](const char* flag) {
+    for (int i = 1; i < argc; ++i)
+      if (std::strncmp(argv[i], flag, std::strlen(flag)) == 0) return true;
+    return false;
+  };
+  if (!given("--benchmark_repetitions")) args.push_back(reps.data());
+  if (!given("--benchmark_enable_random_interleaving")) args.push_back(shuffle.data());
+  if (!given("--benchmark_display_aggregates_only")) args.push_back(aggregates.data());
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+  measure_peaks();
+  benchmark::AddCustomContext("fp32_peak_gflops_per_core", std::to_string(fp32_peak));
+  benchmark::AddCustomContext("bf16_peak_gflops_per_core", std::to_string(bf16_peak));
   register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  print_table();
+  print_tables();
   return 0;
 }

@@ -91,12 +91,46 @@ void time_one(index_t n) {
               2.0 * n * n * n / bestcpu * 1e-9);
 }
 
+/// bf16 x bf16 (n^3) through each host micro-kernel that can take it, on one thread (Serial),
+/// best of 10 calls in thread CPU time (the machine is shared).
+void time_kernels(index_t n) {
+  using E = Kokkos::Serial;
+  Tensor<bf16, dextents<2>> a("a", n, n), b("b", n, n);
+  Tensor<fp32, dextents<2>> c("c", n, n);
+  fill_uniform(E{}, a, 1, -1.f, 1.f);
+  fill_uniform(E{}, b, 2, -1.f, 1.f);
+  const auto pr =
+      detail::make_problem(detail::to_gemm_operand(a), detail::to_gemm_operand(b),
+                           detail::to_gemm_operand(c), detail::as_epilogue(gemm_options{}));
+  const auto run = [&](const char* name, auto kernel) {
+    using K = decltype(kernel);
+    double best = 1e9;
+    for (int r = 0; r < 10; ++r) {
+      timespec c0, c1;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+      detail::hostgemm::run_parallel<K>(E{}, pr);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+      best = std::min(best, (c1.tv_sec - c0.tv_sec) + 1e-9 * (c1.tv_nsec - c0.tv_nsec));
+    }
+    std::printf("bf16 n=%4ld %-7s %.1f GFLOP/s per cpu-second\n", long(n), name,
+                2.0 * n * n * n / best * 1e-9);
+  };
+  run("fp32fma", detail::hostgemm::fma_kernel{});
+#if TESSERA_GEMM_AVX512BF16
+  run("dpbf16", detail::hostgemm::dpbf16_kernel{});
+#endif
+}
+
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard guard(argc, argv);
   if (argc > 3 && std::string(argv[1]) == "prof") { // prof fp32|bf16 n: 200 calls
     const index_t n = std::atol(argv[3]);
     const bool f = std::string(argv[2]) == "fp32";
     for (int r = 0; r < 4; ++r) f ? time_one<fp32, fp32>(n) : time_one<bf16, bf16>(n);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "kernels") { // bf16 through each host kernel
+    for (index_t n : {256, 512, 1024, 2048}) time_kernels(n);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "time") {

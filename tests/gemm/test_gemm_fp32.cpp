@@ -73,12 +73,12 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: NN NT TN TT with leading dimensions larger t
 
 TEMPLATE_LIST_TEST_CASE("gemm fp32: shapes straddling the host blocking", "[gemm][fp32]",
                         all_configs) {
-  // host_packed's fp32 blocking (include/tessera/gemm/detail/host.hpp): KC = 256, MC = 14 * 24 =
-  // 336, NC up to 768, MR 14, NR 32; the AMX path's tiles are 32 x 32 with K in steps of 32.
-  // Each shape sits just below, at or just above a block edge, with C row-major (partial sums
-  // over K kept in C) and transposed (kept in a workspace), beta 0 and 1.
-  const index_t shapes[][3] = {{337, 50, 513}, {336, 64, 256}, {40, 769, 257},
-                               {335, 33, 255}, {15, 768, 512}, {29, 97, 769}};
+  // host_packed's fp32 blocking (include/tessera/gemm/detail/host.hpp): KC = 512, MC = 14 * 12 =
+  // 168, NC up to 1024, MR 14, NR 32; the AMX path's tiles are 32 x 32 with K in steps of 32, KC
+  // 512, MC 256. Each shape sits just below, at or just above a block edge, with C row-major
+  // (partial sums over K kept in C) and transposed (kept in a workspace), beta 0 and 1.
+  const index_t shapes[][3] = {{337, 50, 513},  {168, 64, 512},   {169, 33, 1025},
+                               {40, 1025, 511}, {15, 1024, 1024}, {29, 97, 1537}};
   std::uint64_t seed = base_seed + 20;
   for (const auto& s : shapes)
     for (const bool tc : {false, true}) {

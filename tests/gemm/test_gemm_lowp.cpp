@@ -84,6 +84,65 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(failures == 0);
 }
 
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 and fp8 shapes straddling the host blocking"),
+                        "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
+  // host_packed's low-precision kernels (include/tessera/gemm/detail/): AVX512_BF16 MR 14,
+  // NR 32, K in bf16 pairs, KC 1024, MC 112; AMX 32 x 32 tiles, K in steps of 32, KC 512, MC 256;
+  // NC up to 1024 for both. Each shape sits just below, at or just above a block edge (odd K
+  // pads the last pair), with C row-major (partial sums over K kept in C) and transposed (kept
+  // in a workspace), operands row-major or transposed, beta 0 (NaN C) and 1.
+  const index_t shapes[][3] = {{113, 50, 1025}, {112, 64, 1024}, {40, 1025, 1023},
+                               {29, 97, 2049},  {257, 33, 513},  {15, 1024, 31}};
+  std::uint64_t seed = base_seed + 400;
+  index_t failures = 0;
+  for (const auto& s : shapes)
+    for (const bool tc : {false, true}) {
+      failures += !check_gemm_case<TestType, bf16, bf16, fp32>(
+          s[0], s[1], s[2], {false, 0, 0}, {tc, 1, 0}, {tc, 0, 0}, 1.f, 0.f, ++seed, lo, hi);
+      failures += !check_gemm_case<TestType, fp8_e4m3, fp8_e5m2, fp32>(
+          s[0], s[1], s[2], {true, 2, 0}, {!tc, 0, 0}, {tc, 3, 1}, -0.5f, 1.f, ++seed, lo, hi);
+      failures += !check_gemm_case<TestType, fp8_e5m2, bf16, bf16>(
+          s[0], s[1], s[2], {tc, 0, 1}, {false, 0, 0}, {false, 1, 0}, 1.f, 0.f, ++seed, lo, hi);
+    }
+  CHECK(failures == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("operands without a unit stride"), "[gemm][lowp]",
+                        TESSERA_TEST_CONFIGS) {
+  // Every other column of a stored matrix (strides (ld, 2)), transposed or not: the packing's
+  // general path, which neither rows nor columns are contiguous for.
+  const auto every_other = [](const auto& m) {
+    using V = std::remove_cvref_t<decltype(m.view)>;
+    const index_t r = m.rows(), c = m.cols() / 2;
+    V v(m.view.data(), dextents<2>(r, c), {m.view.stride(0), m.view.stride(1) * 2});
+    dmatrix d(r, c);
+    for (index_t i = 0; i < r; ++i)
+      for (index_t j = 0; j < c; ++j) d(i, j) = m.values(i, 2 * j);
+    return std::pair{v, d};
+  };
+  std::uint64_t seed = base_seed + 500;
+  index_t failures = 0;
+  const auto run = [&]<class PA, class PB>(PA, PB, index_t m, index_t n, index_t k) {
+    for (const bool t : {false, true}) {
+      const auto a = make_matrix<PA>(m, 2 * k, {t, 1, 0}, ++seed, lo, hi);
+      const auto b = make_matrix<PB>(k, 2 * n, {!t, 0, 1}, ++seed, lo, hi);
+      const auto c = make_matrix<fp32>(m, n, {false, 0, 0}, ++seed);
+      const auto [av, ad] = every_other(a);
+      const auto [bv, bd] = every_other(b);
+      const auto ref = reference_gemm(ad, bd, 1.0, 1.0, c.values);
+      TestType::run(av, bv, c.view, gemm_options{.alpha = 1.f, .beta = 1.f});
+      failures += check_against_reference<fp32>(
+          TestType::name() + " " + precision_traits<PA>::name + " x " + precision_traits<PB>::name,
+          to_dmatrix(c.view), ref, k);
+    }
+  };
+  run(fp32{}, fp32{}, 70, 45, 300);
+  run(bf16{}, bf16{}, 70, 45, 301);
+  run(fp8_e4m3{}, bf16{}, 33, 70, 129);
+  run(bf16{}, fp32{}, 65, 66, 67);
+  CHECK(failures == 0);
+}
+
 TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 C from fp32, bf16 and fp8 operands"),
                         "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   // One rounding to bf16 at the store on top of the fp32 bound; beta != 0 reads the old bf16 C.

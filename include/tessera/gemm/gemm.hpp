@@ -98,18 +98,12 @@ void check_space() {
                 "can access.");
 }
 
-/// Whether the user's C argument (not its gemm_operand form) carries an output scale.
-template <class TC>
-inline constexpr bool is_scaled_output_v = is_scaled_view<TC>::value || is_scaled_tensor<TC>::value;
-
-/// The problem for operands in gemm_operand form; ScaledOut says whether C was given with a
-/// scale (scaled_view or scaled_tensor), which makes the store scale, saturate and track amax.
-template <bool ScaledOut, class OA, class OB, class OC, class Epi>
+template <class OA, class OB, class OC, class Epi>
 auto make_problem(const OA& oa, const OB& ob, const OC& oc, const Epi& e) {
   using VA = decltype(oa.view);
   using VB = decltype(ob.view);
   using VC = decltype(oc.view);
-  constexpr bool scaled_out = ScaledOut;
+  constexpr bool scaled_out = OC::scaled;
   gemm_problem<VA, VB, VC, decltype(e.ops), scaled_out> pr{oa.view, ob.view, oc.view};
   pr.m = oa.view.extent(0);
   pr.k = oa.view.extent(1);
@@ -148,8 +142,7 @@ float gemm(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_i
   if (oc.scaled && !(oc.scale > 0.f && oc.scale < INFINITY))
     throw value_error("tessera::gemm: the output scale must be positive and finite, got " +
                       std::to_string(oc.scale));
-  return detail::run_gemm<Algo>(
-      exec, detail::make_problem<detail::is_scaled_output_v<TC>>(oa, ob, oc, e));
+  return detail::run_gemm<Algo>(exec, detail::make_problem(oa, ob, oc, e));
 }
 
 /// C = epilogue(alpha * A B + beta * C), algorithm chosen automatically.
@@ -173,7 +166,7 @@ auto batch_matrix(const V& v, index_t i) {
 template <class O>
 auto batch_operand(const O& o, index_t i) {
   auto m = batch_matrix(o.view, i);
-  return gemm_operand<decltype(m)>{m, o.scale, o.scaled};
+  return gemm_operand<decltype(m), O::scaled>{m, o.scale};
 }
 
 } // namespace detail
@@ -229,8 +222,7 @@ float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const
     detail::check_gemm_args("tessera::gemm_batched", a.view, b.view, c.view, e.ops);
   }
   for (index_t i = 0; i < nb; ++i) {
-    const auto pr = detail::make_problem<detail::is_scaled_output_v<TC>>(
-        pick(oa, i), pick(ob, i), detail::batch_operand(oc, i), e);
+    const auto pr = detail::make_problem(pick(oa, i), pick(ob, i), detail::batch_operand(oc, i), e);
     const float m = detail::run_gemm<Algo>(exec, pr);
     amax = m > amax ? m : amax;
   }

@@ -74,23 +74,25 @@ struct is_scaled_tensor<scaled_tensor<P, E, L, M>> : std::true_type {};
 namespace detail {
 
 /// A GEMM operand brought to one form: a view and the scale its payload carries (1 if none).
-template <class V>
+/// Whether it carries a scale is part of the type: a scaled output changes the store (saturating
+/// cast, amax), which is chosen at compile time.
+template <class V, bool Scaled = false>
 struct gemm_operand {
   V view;
   float scale = 1.f;
-  bool scaled = false;
+  static constexpr bool scaled = Scaled;
 };
 
 template <class T>
 auto to_gemm_operand(const T& t) {
   if constexpr (is_tensor<T>::value) {
-    return gemm_operand<typename T::view_type>{t.view(), 1.f, false};
+    return gemm_operand<typename T::view_type>{t.view(), 1.f};
   } else if constexpr (is_tensor_view<T>::value) {
-    return gemm_operand<T>{t, 1.f, false};
+    return gemm_operand<T>{t, 1.f};
   } else if constexpr (is_scaled_tensor<T>::value) {
-    return gemm_operand<decltype(t.data.view())>{t.data.view(), t.scale, true};
+    return gemm_operand<decltype(t.data.view()), true>{t.data.view(), t.scale};
   } else if constexpr (is_scaled_view<T>::value) {
-    return gemm_operand<decltype(t.view)>{t.view, t.scale, true};
+    return gemm_operand<decltype(t.view), true>{t.view, t.scale};
   } else {
     static_assert(is_tensor<T>::value,
                   "tessera::gemm: operands must be tessera::Tensor, TensorView, scaled_tensor or "

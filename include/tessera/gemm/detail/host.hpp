@@ -21,6 +21,8 @@
 
 #include <tessera/config/cpu.hpp>
 #include <tessera/gemm/detail/amx.hpp>
+#include <tessera/gemm/detail/avx512bf16.hpp>
+#include <tessera/gemm/detail/host_pack.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 #include <tessera/gemm/detail/reference.hpp>
 #include <tessera/simd/lanes.hpp>
@@ -138,6 +140,49 @@ inline void load_floats(const S* src, float* dst, index_t n) {
   }
 }
 
+/// Asks for the rows of an MR x NR fp32 tile of C (row stride ld) to be brought into L1 while
+/// the micro-kernel computes: consecutive rows are often 4 KiB apart and miss.
+template <index_t MR, index_t NR>
+[[gnu::always_inline]] inline void prefetch_tile(const float* d, index_t ld) {
+#pragma GCC unroll 16
+  for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (index_t j = 0; j < NR; j += 16) __builtin_prefetch(d + r * ld + j, 1, 3);
+}
+
+/// d (MR x NV vectors, row stride ld) = alpha * c + beta * d with alpha = ab[0], beta = ab[1];
+/// beta == 0 does not read d. (alpha and beta come through memory, read only here: as float
+/// arguments they would occupy two of the 32 vector registers the micro-kernel's loop needs.)
+template <index_t MR, index_t NV, class V>
+[[gnu::always_inline]] inline void update_tile(V (&c)[MR][NV], float* d, index_t ld,
+                                               const float* ab) {
+  constexpr index_t L = static_cast<index_t>(V::size);
+  const float beta = ab[1];
+  const V va(ab[0]), vb(beta);
+  if (beta == 0.f) {
+#pragma GCC unroll 16
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) (va * c[r][v]).store_unaligned(d + r * ld + v * L);
+  } else if (beta == 1.f) {
+#pragma GCC unroll 16
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) {
+        float* p = d + r * ld + v * L;
+        xsimd::fma(va, c[r][v], V::load_unaligned(p)).store_unaligned(p);
+      }
+  } else {
+#pragma GCC unroll 16
+    for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (index_t v = 0; v < NV; ++v) {
+        float* p = d + r * ld + v * L;
+        xsimd::fma(va, c[r][v], vb * V::load_unaligned(p)).store_unaligned(p);
+      }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // fp32 FMA kernel (any SIMD arch xsimd knows; tuned for AVX-512)
 // ---------------------------------------------------------------------------------------------
@@ -146,19 +191,24 @@ struct fma_kernel {
   using vf = xsimd::batch<float, arch>;
   static constexpr index_t L = static_cast<index_t>(vf::size);
   /// Register tile. AVX-512 has 32 vector registers of 16 floats: 14 x 32 uses 28 accumulators,
-  /// 2 for the row of B and 1 for a broadcast of A (the broadcast folds into the FMA's memory
-  /// operand); with 16 registers (AVX2) 6 x 2 vectors use 12 + 2 + 1. Measured on this Xeon:
-  /// 14 x 32 beat 6 x 64 and 8 x 48 (bench_gemm, fp32 1024^3, 1 thread).
+  /// 2 for the row of B and 1 for a broadcast of A; with 16 registers (AVX2) 6 x 2 vectors use
+  /// 12 + 2 + 1. Per k: 28 FMAs for 2 vector loads and 14 broadcasts (loads), so the 2 FMA
+  /// pipes, not the load ports, set the pace (the kernel alone, its data in L1/L2, runs at 98%
+  /// of the measured FMA peak on the Zen 5 this was tuned on).
   static constexpr index_t NV = 2;
   static constexpr index_t NR = NV * L;
   static constexpr index_t MR = L >= 16 ? 14 : 6;
-  /// KC: a B micro-panel (KC x NR floats = 256 * 32 * 4 = 32 KiB) stays in the 48 KiB L1d while
-  /// the A micro-panels stream past it.
-  static constexpr index_t KC = 256;
-  /// MC: the packed A block (MC x KC floats = 336 * 256 * 4 = 336 KiB) stays in the 2 MiB L2.
-  static constexpr index_t MC = MR * 24;
-  /// NC: the C block (MC x NC fp32 = 336 * 768 * 4 = 1 MiB), updated once per KC slice, stays
-  /// in L2 beside the A block; the packed B block (K x NC) is kept under 8 MiB (L3).
+  /// KC: 512. A B micro-panel (KC x NR floats = 64 KiB) does not stay in the 48 KiB L1d; it and
+  /// the A micro-panels stream from L2 (2 vectors + 14 floats per 14 cycles, a small share of
+  /// what L2 delivers), and the C tiles are read and written half as often as with KC = 256,
+  /// which kept the B micro-panel in L1. Measured (1 thread, Zen 5): KC 512 beat 256 and 384
+  /// by 2 to 5% for sizes >= 1024, equal below.
+  static constexpr index_t KC = 512;
+  /// MC: the packed A block (MC x KC floats = 168 * 512 * 4 = 336 KiB) stays in the 1 MiB L2,
+  /// with room for the B micro-panel and C rows in flight.
+  static constexpr index_t MC = MR * 12;
+  /// NC: at most 1024 columns per packed B block, and the block (K x NC) under 8 MiB (in L3;
+  /// B of 64 x 4096 x 4096 gives NC = 512).
   static constexpr index_t NC_max = 1024;
   static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = float;
@@ -169,27 +219,44 @@ struct fma_kernel {
   static void pack_a(const VA& a, index_t i0, index_t mc, index_t p0, index_t kc, float* dst) {
     using S = typename VA::storage_type;
     const index_t s0 = a.stride(0), s1 = a.stride(1);
-    const S* base = a.data();
-    float row[KC];
-    for (index_t ip = 0; ip < mc; ip += MR) {
-      float* d = dst + ip * kc;
-      const index_t rows = std::min(MR, mc - ip);
-      if (s1 == 1) {
-        for (index_t r = 0; r < rows; ++r) {
-          load_floats(base + (i0 + ip + r) * s0 + p0, row, kc);
-          for (index_t p = 0; p < kc; ++p) d[p * MR + r] = row[p];
+    const S* base = a.data() + i0 * s0 + p0 * s1;
+    if (s1 == 1 && MR <= 16) {
+      // Rows of K are contiguous: per panel a transpose of rows x kc (converted first unless
+      // fp32).
+      for (index_t ip = 0; ip < mc; ip += MR) {
+        const index_t rows = std::min(MR, mc - ip);
+        const S* src = base + ip * s0;
+        if constexpr (std::is_same_v<S, float>) {
+          transpose_words(src, s0 * 4, rows, kc, dst + ip * kc, MR, MR);
+        } else {
+          float tmp[MR * KC];
+          for (index_t r = 0; r < rows; ++r) load_floats(src + r * s0, tmp + r * KC, kc);
+          transpose_words(tmp, KC * 4, rows, kc, dst + ip * kc, MR, MR);
         }
-      } else if (s0 == 1) {
-        for (index_t p = 0; p < kc; ++p)
-          load_floats(base + (p0 + p) * s1 + i0 + ip, d + p * MR, rows);
-      } else {
-        for (index_t r = 0; r < rows; ++r)
-          for (index_t p = 0; p < kc; ++p)
-            d[p * MR + r] = to_float(base[(i0 + ip + r) * s0 + (p0 + p) * s1]);
       }
-      if (rows < MR)
-        for (index_t p = 0; p < kc; ++p)
+    } else if (s0 == 1 && MR <= 32) {
+      // Columns of M are contiguous: column by column (sequential reads), MR rows to each panel.
+      float col[MC];
+      for (index_t p = 0; p < kc; ++p) {
+        const float* c;
+        if constexpr (std::is_same_v<S, float>) {
+          c = base + p * s1;
+        } else {
+          load_floats(base + p * s1, col, mc);
+          c = col;
+        }
+        for (index_t ip = 0; ip < mc; ip += MR)
+          copy_words(c + ip, std::min(MR, mc - ip), dst + ip * kc + p * MR, MR);
+      }
+    } else {
+      for (index_t ip = 0; ip < mc; ip += MR) {
+        float* d = dst + ip * kc;
+        const index_t rows = std::min(MR, mc - ip);
+        for (index_t p = 0; p < kc; ++p) {
+          for (index_t r = 0; r < rows; ++r) d[p * MR + r] = to_float(base[(ip + r) * s0 + p * s1]);
           for (index_t r = rows; r < MR; ++r) d[p * MR + r] = 0.f;
+        }
+      }
     }
   }
 
@@ -198,37 +265,61 @@ struct fma_kernel {
   static void pack_b(const VB& b, index_t p0, index_t kc, index_t j0, index_t nc, float* dst) {
     using S = typename VB::storage_type;
     const index_t s0 = b.stride(0), s1 = b.stride(1);
-    const S* base = b.data();
-    float col[KC];
-    for (index_t jp = 0; jp < nc; jp += NR) {
-      float* d = dst + jp * kc;
-      const index_t cols = std::min(NR, nc - jp);
-      if (s1 == 1) {
-        for (index_t p = 0; p < kc; ++p)
-          load_floats(base + (p0 + p) * s0 + j0 + jp, d + p * NR, cols);
-      } else if (s0 == 1) {
-        for (index_t j = 0; j < cols; ++j) {
-          load_floats(base + (j0 + jp + j) * s1 + p0, col, kc);
-          for (index_t p = 0; p < kc; ++p) d[p * NR + j] = col[p];
+    const S* base = b.data() + p0 * s0 + j0 * s1;
+    if (s1 == 1 && NR <= 32) {
+      // Rows of N are contiguous: 8 rows at a time, NR columns of them to each panel. (Panel by
+      // panel over all kc rows touches a new page per row: 30% slower on a 4096 x 4096 B.)
+      constexpr index_t rows_per_step = 8;
+      float row[NR];
+      for (index_t r0 = 0; r0 < kc; r0 += rows_per_step) {
+        const index_t r1 = std::min(kc, r0 + rows_per_step);
+        for (index_t jp = 0; jp < nc; jp += NR) {
+          const index_t cols = std::min(NR, nc - jp);
+          float* d = dst + jp * kc;
+          for (index_t p = r0; p < r1; ++p) {
+            if constexpr (std::is_same_v<S, float>) {
+              copy_words(base + p * s0 + jp, cols, d + p * NR, NR);
+            } else {
+              load_floats(base + p * s0 + jp, row, cols);
+              copy_words(row, cols, d + p * NR, NR);
+            }
+          }
         }
-      } else {
-        for (index_t p = 0; p < kc; ++p)
-          for (index_t j = 0; j < cols; ++j)
-            d[p * NR + j] = to_float(base[(p0 + p) * s0 + (j0 + jp + j) * s1]);
       }
-      if (cols < NR)
-        for (index_t p = 0; p < kc; ++p)
+    } else if (s0 == 1 && NR % 16 == 0) {
+      // Columns of K are contiguous: transposes of 16 columns x kc.
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        float* d = dst + jp * kc;
+        for (index_t j = 0; j < NR; j += 16) {
+          const index_t cols = std::clamp<index_t>(nc - jp - j, 0, 16);
+          const S* src = base + (jp + j) * s1;
+          if constexpr (std::is_same_v<S, float>) {
+            transpose_words(src, s1 * 4, cols, kc, d + j, NR, 16);
+          } else {
+            float tmp[16 * KC];
+            for (index_t c = 0; c < cols; ++c) load_floats(src + c * s1, tmp + c * KC, kc);
+            transpose_words(tmp, KC * 4, cols, kc, d + j, NR, 16);
+          }
+        }
+      }
+    } else {
+      for (index_t jp = 0; jp < nc; jp += NR) {
+        float* d = dst + jp * kc;
+        const index_t cols = std::min(NR, nc - jp);
+        for (index_t p = 0; p < kc; ++p) {
+          for (index_t j = 0; j < cols; ++j) d[p * NR + j] = to_float(base[p * s0 + (jp + j) * s1]);
           for (index_t j = cols; j < NR; ++j) d[p * NR + j] = 0.f;
+        }
+      }
     }
   }
 
   static void begin() {}
   static void end() {}
 
-  /// t (MR x NR, row-major) = a_panel * b_panel over kc.
-  static void micro(index_t kc, const float* __restrict a, const float* __restrict b,
-                    float* __restrict t) {
-    vf c[MR][NV];
+  /// The MR x NR products of a_panel and b_panel over kc, in registers.
+  [[gnu::always_inline]] static inline void product(index_t kc, const float* __restrict a,
+                                                    const float* __restrict b, vf (&c)[MR][NV]) {
 #pragma GCC unroll 14
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 2
@@ -244,10 +335,28 @@ struct fma_kernel {
         for (index_t v = 0; v < NV; ++v) c[r][v] = xsimd::fma(av, bv[v], c[r][v]);
       }
     }
+  }
+
+  /// t (MR x NR, row-major) = a_panel * b_panel over kc.
+  [[gnu::noinline]] static void micro(index_t kc, const float* __restrict a,
+                                      const float* __restrict b, float* __restrict t) {
+    vf c[MR][NV];
+    product(kc, a, b, c);
 #pragma GCC unroll 14
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 2
       for (index_t v = 0; v < NV; ++v) c[r][v].store_aligned(t + r * NR + v * L);
+  }
+
+  /// The full MR x NR tile at d (row stride ldd) = alpha * a_panel * b_panel + beta * d over kc
+  /// with alpha = ab[0], beta = ab[1] (see update_tile).
+  [[gnu::noinline]] static void micro_c(index_t kc, const float* __restrict a,
+                                        const float* __restrict b, float* __restrict d, index_t ldd,
+                                        const float* ab) {
+    prefetch_tile<MR, NR>(d, ldd);
+    vf c[MR][NV];
+    product(kc, a, b, c);
+    update_tile<MR, NV>(c, d, ldd, ab);
   }
 };
 
@@ -341,10 +450,12 @@ float run_part(const Prob& pr, const part& pt) {
   // Workspace rows padded by 16 floats (64 bytes): a row stride of a multiple of 4 KiB would
   // map all rows of a tile to one L1 set.
   const index_t ldw = round_up(nc_cap, NR) + 16;
-  float* ws =
-      multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(mc_cap * ldw)) : nullptr;
+  float* ws = multi && !direct ? tb.w.get<float>(static_cast<std::size_t>(mc_cap * ldw)) : nullptr;
   alignas(64) float tile[MR * NR];
   float mx = 0.f;
+  constexpr bool no_ops = std::is_same_v<decltype(pr.ops), op_pack<>>;
+  float* const cdata = direct ? reinterpret_cast<float*>(pr.c.data()) : nullptr;
+  const index_t ldc = pr.c.stride(0);
   if (k == 0) {
     for (index_t j = 0; j < NR * MR; ++j) tile[j] = 0.f;
     for (index_t i = 0; i < pt.m; i += MR)
@@ -371,10 +482,27 @@ float run_part(const Prob& pr, const part& pt) {
         for (index_t jr = 0; jr < nc; jr += NR) {
           const T* bp = bslice + jr * kcp;
           for (index_t ir = 0; ir < mc; ir += MR) {
-            Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            const index_t mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
             float* w = ws ? ws + ir * ldw + jr : nullptr;
-            const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr,
-                                        std::min(MR, mc - ir), std::min(NR, nc - jr), first,
+            if constexpr (requires { &Kern::micro_c; }) {
+              // Full tiles whose sums go to C (fp32, no epilogue left to apply) or to the
+              // workspace (not the last KC slice) are updated by the micro-kernel itself.
+              if (mr == MR && nr == NR) {
+                if (direct && (!last || no_ops)) {
+                  const float ab[2] = {pr.alpha, first ? pr.beta : 1.f};
+                  Kern::micro_c(kcp, pa + ir * kcp, bp,
+                                cdata + (pt.i0 + ic + ir) * ldc + pt.j0 + jc + jr, ldc, ab);
+                  continue;
+                }
+                if (w && !last) {
+                  const float ab[2] = {1.f, first ? 0.f : 1.f};
+                  Kern::micro_c(kcp, pa + ir * kcp, bp, w, ldw, ab);
+                  continue;
+                }
+              }
+            }
+            Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, mr, nr, first,
                                         last, direct, w, ldw);
             mx = m > mx ? m : mx;
           }
@@ -415,13 +543,17 @@ float gemm_host(const Exec& exec, const Prob& pr) {
 #if !TESSERA_DEVICE_PASS
   if constexpr (hostgemm::have_simd) {
     if (pr.m == 0 || pr.n == 0) return 0.f;
-#if TESSERA_GEMM_AMX
+    // bf16 and fp8 inputs (both): AMX where usable, else AVX512_BF16, else the fp32 kernel.
     using pa = typename Prob::pa;
     using pb = typename Prob::pb;
     if constexpr (hostgemm::amx_input_v<pa> && hostgemm::amx_input_v<pb>) {
+#if TESSERA_GEMM_AMX
       if (cpu::amx_bf16_usable()) return hostgemm::run_parallel<hostgemm::amx_kernel>(exec, pr);
-    }
 #endif
+#if TESSERA_GEMM_AVX512BF16
+      if (cpu::has_avx512bf16()) return hostgemm::run_parallel<hostgemm::dpbf16_kernel>(exec, pr);
+#endif
+    }
     return hostgemm::run_parallel<hostgemm::fma_kernel>(exec, pr);
   } else {
     return gemm_direct(exec, pr);
