@@ -5,8 +5,8 @@
 /// and rounded once. backward returns dx in dy's precision.
 ///
 ///   tessera::nn::ReLU relu;
-///   auto y = relu.forward(exec, x);    // keeps a 1-byte mask per element for backward
-///   auto dx = relu.backward(exec, dy); // dy * (x > 0)
+///   auto y = relu.forward(exec, x);    // y stays in the layer for backward
+///   auto dx = relu.backward(exec, dy); // dy * (y > 0) = dy * (x > 0)
 
 #include <tessera/nn/detail/common.hpp>
 
@@ -49,7 +49,9 @@ void require_saved_like(const char* op, const T& dy, const saved_shape& s) {
 }
 } // namespace detail
 
-/// max(x, 0). No parameters.
+/// max(x, 0) (NaN -> 0). No parameters. backward reads the forward's output (as PyTorch's
+/// threshold_backward does): dx = dy where y > 0, which holds exactly where x > 0; the output
+/// must therefore not be modified between forward and backward.
 class ReLU {
   using M = detail::default_memory_space;
 
@@ -59,48 +61,74 @@ public:
   template <class InExt>
   using output_extents = InExt;
 
-  explicit ReLU(std::uint64_t /*seed*/ = 0) : y_("relu.y"), dx_("relu.dx"), mask_("relu.mask") {}
+  explicit ReLU(std::uint64_t /*seed*/ = 0) : y_("relu.y"), dx_("relu.dx") {}
   auto parameters() const { return boost::hana::make_tuple(); }
 
   template <class Exec, class P, class E>
   Tensor<P, E, layout_right, M> forward(const Exec& exec, const Tensor<P, E, layout_right, M>& x) {
     auto y = y_.template get<P>(x.extents());
-    const auto* in = x.data();
-    auto* out = y.data();
-    auto* mask = mask_.get(x.size());
-    Kokkos::parallel_for(
-        "tessera::nn::ReLU::forward", Kokkos::RangePolicy<Exec>(exec, 0, x.size()),
-        KOKKOS_LAMBDA(const index_t i) {
-          const bool pos = to_float(in[i]) > 0.f;
-          mask[i] = pos ? 1 : 0;
-          out[i] = pos ? in[i] : from_float<P>(0.f);
+    detail::for_chunks(
+        exec, "tessera::nn::ReLU::forward", x.size(),
+        KOKKOS_LAMBDA(const index_t begin, const index_t end) {
+          // Local copies: the loop's stores cannot alias them, so it vectorises (branch-free).
+          const auto* in = x.data();
+          auto* out = y.data();
+          for (index_t i = begin; i < end; ++i) {
+            const auto v = in[i];
+            out[i] = to_float(v) > 0.f ? v : from_float<P>(0.f);
+          }
         });
     exec.fence();
     shape_.save(x.extents());
+    last_y_ = y.data();
+    last_kind_ = kind_of<P>();
     return y;
   }
 
-  /// dx = dy where the last forward's input was > 0, else 0 (PyTorch's choice at 0).
+  /// dx = dy where the last forward's output (equivalently its input) was > 0, else 0
+  /// (PyTorch's choice at 0).
   template <class Exec, class P, class E>
   Tensor<P, E, layout_right, M> backward(const Exec& exec, const Tensor<P, E, layout_right, M>& dy,
                                          bool need_dx = true) {
     detail::require_saved_like("tessera::nn::ReLU::backward", dy, shape_);
     if (!need_dx) return {};
     auto dx = dx_.template get<P>(dy.extents());
-    const auto* d = dy.data();
-    auto* out = dx.data();
-    const auto* mask = mask_.data();
-    Kokkos::parallel_for(
-        "tessera::nn::ReLU::backward", Kokkos::RangePolicy<Exec>(exec, 0, dy.size()),
-        KOKKOS_LAMBDA(const index_t i) { out[i] = mask[i] ? d[i] : from_float<P>(0.f); });
+    // The output's precision is the forward input's: find it among the four.
+    const auto run = [&](auto prec) {
+      using Y = decltype(prec);
+      if (last_kind_ != kind_of<Y>()) return;
+      const auto* yp = static_cast<const storage_t<Y>*>(last_y_);
+      detail::for_chunks(
+          exec, "tessera::nn::ReLU::backward", dy.size(),
+          KOKKOS_LAMBDA(const index_t begin, const index_t end) {
+            const auto* d = dy.data();
+            const auto* y = yp;
+            auto* out = dx.data();
+            for (index_t i = begin; i < end; ++i)
+              out[i] = to_float(y[i]) > 0.f ? d[i] : from_float<P>(0.f);
+          });
+    };
+    run(fp32{});
+    run(bf16{});
+    run(fp8_e4m3{});
+    run(fp8_e5m2{});
     exec.fence();
     return dx;
   }
 
 private:
   detail::any_buffer y_, dx_;
-  detail::raw_buffer<std::uint8_t> mask_;
   detail::saved_shape shape_;
+  // The last forward's output (in y_) and its precision.
+  const void* last_y_ = nullptr;
+  int last_kind_ = -1;
+  template <class P>
+  static constexpr int kind_of() {
+    return std::is_same_v<P, fp32>       ? 0
+           : std::is_same_v<P, bf16>     ? 1
+           : std::is_same_v<P, fp8_e4m3> ? 2
+                                         : 3;
+  }
 };
 
 /// GELU(x) = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (PyTorch's default, approximate='none').

@@ -55,18 +55,24 @@ public:
         "tessera::nn::MaxPool2d::forward", Kokkos::RangePolicy<Exec>(exec, 0, B * C * P),
         KOKKOS_LAMBDA(const index_t r) {
           const index_t bc = r / P, p = r % P;
-          const auto* plane = in + bc * H * W;
+          // Local pointers: the byte stores to arg cannot alias them (no reloads per element).
+          const auto* plane = in + bc * H * W + p * K * W;
+          auto* o = out + r * Q;
+          auto* a = arg + r * Q;
           for (index_t q = 0; q < Q; ++q) {
-            float best = to_float(plane[(p * K) * W + q * K]);
-            index_t at = 0;
+            float best = to_float(plane[q * K]);
+            int at = 0;
             for (index_t dh = 0; dh < K; ++dh)
               for (index_t dw = 0; dw < K; ++dw) {
-                const float v = to_float(plane[(p * K + dh) * W + q * K + dw]);
+                const float v = to_float(plane[dh * W + q * K + dw]);
                 // NaN propagates (as PyTorch's): a NaN is taken and then never replaced.
-                if (v > best || (v != v && best == best)) best = v, at = dh * K + dw;
+                // Selects, not branches: which element wins is data-dependent.
+                const bool take = v > best || (v != v && best == best);
+                best = take ? v : best;
+                at = take ? static_cast<int>(dh * K + dw) : at;
               }
-            out[r * Q + q] = from_float<XP>(best);
-            arg[r * Q + q] = static_cast<std::uint8_t>(at);
+            o[q] = from_float<XP>(best);
+            a[q] = static_cast<std::uint8_t>(at);
           }
         });
     exec.fence();
@@ -92,11 +98,19 @@ public:
         KOKKOS_LAMBDA(const index_t r) {
           const index_t bc = r / H, h = r % H, p = h / K, dh = h % K;
           auto* row = out + r * W;
-          for (index_t w = 0; w < W; ++w) {
-            const index_t q = w / K, o = (bc * P + p) * Q + q;
-            const bool hit = p < P && q < Q && arg[o] == static_cast<std::uint8_t>(dh * K + w % K);
-            row[w] = hit ? d[o] : from_float<DP>(0.f);
+          if (p >= P) { // rows below the last window get no gradient
+            for (index_t w = 0; w < W; ++w) row[w] = from_float<DP>(0.f);
+            return;
           }
+          const auto* drow = d + (bc * P + p) * Q;
+          const auto* arow = arg + (bc * P + p) * Q;
+          for (index_t q = 0; q < Q; ++q) {
+            const auto g = drow[q];
+            const int at = arow[q];
+            for (index_t dw = 0; dw < K; ++dw)
+              row[q * K + dw] = at == static_cast<int>(dh * K + dw) ? g : from_float<DP>(0.f);
+          }
+          for (index_t w = Q * K; w < W; ++w) row[w] = from_float<DP>(0.f);
         });
     exec.fence();
     return dx;

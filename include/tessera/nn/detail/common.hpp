@@ -89,6 +89,21 @@ private:
   Kokkos::View<T*, M> v_;
 };
 
+/// Runs f(begin, end) over [0, n) cut into chunks of 4096 elements, one work item each: an
+/// element-wise kernel written as a plain loop over its chunk (with its pointers copied into
+/// locals) vectorises, which a per-element Kokkos functor whose stores may alias its own
+/// captured pointers does not.
+template <class Exec, class F>
+void for_chunks(const Exec& exec, const char* label, index_t n, const F& f) {
+  constexpr index_t chunk = 4096;
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
+      KOKKOS_LAMBDA(const index_t c) {
+        const index_t begin = c * chunk;
+        f(begin, n - begin < chunk ? n : begin + chunk);
+      });
+}
+
 /// The precision a GEMM / convolution operand has in compute precision Prec: the compute
 /// precision itself for fp32 and bf16; for hybrid fp8, E5M2 for gradients and E4M3 otherwise.
 template <class Prec, bool Gradient>
