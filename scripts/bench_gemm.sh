@@ -14,5 +14,5 @@ cmake --build "$build" -j "${TESSERA_JOBS:-$(nproc)}" --target bench_gemm
 OMP_PROC_BIND=${OMP_PROC_BIND:-true} "$build/benchmarks/gemm/bench_gemm" \
   --benchmark_out="$build/gemm.json" --benchmark_out_format=json "$@" | tee "$build/gemm_run.txt"
 sed -n '/^Peak measured/,$p' "$build/gemm_run.txt" >"$build/gemm_tables.md"
-python3 "$root/scripts/plot_gemm.py" "$build/gemm.json" "$root/docs/gemm.png"
+/usr/bin/python3 "$root/scripts/plot_gemm.py" "$build/gemm.json" "$root/docs/gemm.png"
 echo "tables: $build/gemm_tables.md, plot: $root/docs/gemm.png"

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """GFLOP/s against size from bench_gemm's Google Benchmark JSON output.
 
     bench_gemm --benchmark_out=gemm.json --benchmark_out_format=json
@@ -78,7 +78,7 @@ def main():
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("tessera::gemm beside OpenBLAS and oneDNN (bench_gemm, best call)", fontsize=10)
+    fig.suptitle("tessera::gemm beside OpenBLAS and oneDNN (bench_gemm, fastest batch of calls)", fontsize=10)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)
 
