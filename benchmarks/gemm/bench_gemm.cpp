@@ -7,12 +7,14 @@
 // Filter with Google Benchmark's --benchmark_filter, e.g. '1024x1024x1024/threads:1/' or
 // 'tessera_bf16|onednn_bf16'; the summary tables show what ran.
 //
-// Timing: the machine is shared, so each benchmark keeps its FASTEST call, over all calls of
-// all repetitions (by default 3 repetitions in random order, --benchmark_repetitions=3
+// Timing: the machine is shared, so each benchmark keeps its FASTEST batch of calls, over all
+// batches of all repetitions (by default 3 repetitions in random order, --benchmark_repetitions=3
 // --benchmark_enable_random_interleaving=true, so that a busy moment does not hit one
 // implementation only). A call on 1 thread is timed in CPU time of the calling thread (every
 // implementation runs there: Serial, OpenBLAS and oneDNN with 1 thread), which other processes
-// taking the core do not inflate; on 2 threads in wall-clock time. Every implementation is
+// taking the core do not inflate; on 2 threads in wall-clock time, which does count the time
+// another process holds either core, so 2-thread numbers on a busy machine are low (for
+// every implementation alike). Calls are timed in batches of >= 2 ms. Every implementation is
 // timed the same way, so the ratios compare like with like.
 //
 // Peak: measured at start-up on one core, best of 200 short runs of 24 independent chains of
@@ -173,18 +175,24 @@ double now(int threads) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/// Runs fn in the benchmark loop (after a warm-up call), keeps the fastest call (over all
-/// repetitions) in best_seconds.
+/// Runs fn in the benchmark loop (after a warm-up call) in batches of calls lasting >= 2 ms,
+/// keeps the fastest batch's time per call (over all repetitions) in best_seconds. (Batches:
+/// a single short call is timed unreliably; once in a few thousand, a 20 us call read as 7 us
+/// of thread CPU time.)
 template <class F>
 void timed_loop(benchmark::State& st, const shape& s, int threads, const std::string& impl,
                 F&& fn) {
+  const double w0 = now(threads);
   fn(); // warm-up: packing buffers, page faults, oneDNN's JIT, AMX permission
+  const double once = std::max(now(threads) - w0, 1e-7);
+  const long calls = std::clamp(static_cast<long>(2e-3 / once) + 1, 1L, 10000L);
   double best = 1e30;
   for (auto _ : st) {
     const double t0 = now(threads);
-    fn();
-    best = std::min(best, now(threads) - t0);
+    for (long i = 0; i < calls; ++i) fn();
+    best = std::min(best, (now(threads) - t0) / static_cast<double>(calls));
   }
+  st.counters["calls/batch"] = static_cast<double>(calls);
   const std::string k = key(s, threads, impl);
   const auto it = best_seconds.find(k);
   best_seconds[k] = it == best_seconds.end() ? best : std::min(best, it->second);
@@ -329,7 +337,7 @@ void print_tables() {
               "(0: not available)\n",
               fp32_peak, bf16_peak);
   std::printf(
-      "\nGFLOP/s (2 M N K / fastest call):\n\n"
+      "\nGFLOP/s (2 M N K / time per call in the fastest batch):\n\n"
       "| M x N x K | thr | OpenBLAS fp32 | oneDNN fp32 | oneDNN bf16 | tessera fp32 | bf16 | "
       "e4m3 | e5m2 | e4m3 x e5m2 |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int t : {1, 2})

@@ -205,39 +205,58 @@ struct dpbf16_kernel {
   static void begin() {}
   static void end() {}
 
-  /// The MR x NR products of a_panel and b_panel over kcp (even), in registers.
+  /// The R x (V vectors) products of a_panel and b_panel over kcp (even), in registers: the
+  /// first R rows and V vectors of the packed micro-panels.
+  template <index_t R, index_t V>
   [[gnu::always_inline]] static inline void product(index_t kcp, const std::uint16_t* __restrict a,
                                                     const std::uint16_t* __restrict b,
-                                                    __m512 (&c)[MR][NV]) {
+                                                    __m512 (&c)[R][V]) {
     const auto* aw = reinterpret_cast<const std::uint32_t*>(a);
     const auto* bw = reinterpret_cast<const __m512i*>(b);
 #pragma GCC unroll 14
-    for (index_t r = 0; r < MR; ++r)
+    for (index_t r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (index_t v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
+      for (index_t v = 0; v < V; ++v) c[r][v] = _mm512_setzero_ps();
     const index_t kq = kcp / 2;
     for (index_t q = 0; q < kq; ++q) {
-      __m512bh bv[NV];
+      __m512bh bv[V];
 #pragma GCC unroll 4
-      for (index_t v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_load_si512(bw + q * NV + v);
+      for (index_t v = 0; v < V; ++v) bv[v] = (__m512bh)_mm512_load_si512(bw + q * NV + v);
 #pragma GCC unroll 14
-      for (index_t r = 0; r < MR; ++r) {
+      for (index_t r = 0; r < R; ++r) {
         const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(aw[q * MR + r]));
 #pragma GCC unroll 4
-        for (index_t v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], av, bv[v]);
+        for (index_t v = 0; v < V; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], av, bv[v]);
       }
     }
   }
 
-  /// t (MR x NR fp32, row-major) = a_panel * b_panel over kcp (even).
-  [[gnu::noinline]] static void micro(index_t kcp, const std::uint16_t* __restrict a,
-                                      const std::uint16_t* __restrict b, float* __restrict t) {
-    __m512 c[MR][NV];
-    product(kcp, a, b, c);
+  /// t (R x V vectors of a row-major MR x NR fp32 tile) = a_panel * b_panel over kcp.
+  template <index_t R, index_t V>
+  [[gnu::noinline]] static void micro_rv(index_t kcp, const std::uint16_t* __restrict a,
+                                         const std::uint16_t* __restrict b, float* __restrict t) {
+    __m512 c[R][V];
+    product<R, V>(kcp, a, b, c);
 #pragma GCC unroll 14
-    for (index_t r = 0; r < MR; ++r)
+    for (index_t r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (index_t v = 0; v < NV; ++v) _mm512_store_ps(t + r * NR + 16 * v, c[r][v]);
+      for (index_t v = 0; v < V; ++v) _mm512_store_ps(t + r * NR + 16 * v, c[r][v]);
+  }
+
+  /// t (MR x NR fp32, row-major) = a_panel * b_panel over kcp (even), for the first mr rows
+  /// and nr columns at least (edge tiles: 5, 10 or 14 rows, 16 or 32 columns).
+  static void micro(index_t kcp, const std::uint16_t* __restrict a,
+                    const std::uint16_t* __restrict b, float* __restrict t, index_t mr = MR,
+                    index_t nr = NR) {
+    static_assert(NV == 2);
+    if (nr > 16) {
+      if (mr > 10) return micro_rv<MR, 2>(kcp, a, b, t);
+      if (mr > 5) return micro_rv<10, 2>(kcp, a, b, t);
+      return micro_rv<5, 2>(kcp, a, b, t);
+    }
+    if (mr > 10) return micro_rv<MR, 1>(kcp, a, b, t);
+    if (mr > 5) return micro_rv<10, 1>(kcp, a, b, t);
+    return micro_rv<5, 1>(kcp, a, b, t);
   }
 
   /// The full MR x NR fp32 tile at d (row stride ldd) = alpha * a_panel * b_panel + beta * d
@@ -252,7 +271,7 @@ struct dpbf16_kernel {
 #pragma GCC unroll 4
       for (index_t v = 0; v < NV; ++v) __builtin_prefetch(d + r * ldd + 16 * v, 1, 3);
     __m512 c[MR][NV];
-    product(kcp, a, b, c);
+    product<MR, NV>(kcp, a, b, c);
     const float beta = ab[1];
     const __m512 va = _mm512_set1_ps(ab[0]), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 14

@@ -317,35 +317,56 @@ struct fma_kernel {
   static void begin() {}
   static void end() {}
 
-  /// The MR x NR products of a_panel and b_panel over kc, in registers.
+  /// The R x (V vectors) products of a_panel and b_panel over kc, in registers: the first R rows
+  /// and V vectors of the packed micro-panels (row stride MR, column stride NR).
+  template <index_t R, index_t V>
   [[gnu::always_inline]] static inline void product(index_t kc, const float* __restrict a,
-                                                    const float* __restrict b, vf (&c)[MR][NV]) {
+                                                    const float* __restrict b, vf (&c)[R][V]) {
 #pragma GCC unroll 14
-    for (index_t r = 0; r < MR; ++r)
+    for (index_t r = 0; r < R; ++r)
 #pragma GCC unroll 2
-      for (index_t v = 0; v < NV; ++v) c[r][v] = vf(0.f);
+      for (index_t v = 0; v < V; ++v) c[r][v] = vf(0.f);
     for (index_t p = 0; p < kc; ++p) {
-      vf bv[NV];
+      vf bv[V];
 #pragma GCC unroll 2
-      for (index_t v = 0; v < NV; ++v) bv[v] = vf::load_aligned(b + p * NR + v * L);
+      for (index_t v = 0; v < V; ++v) bv[v] = vf::load_aligned(b + p * NR + v * L);
 #pragma GCC unroll 14
-      for (index_t r = 0; r < MR; ++r) {
+      for (index_t r = 0; r < R; ++r) {
         const vf av(a[p * MR + r]);
 #pragma GCC unroll 2
-        for (index_t v = 0; v < NV; ++v) c[r][v] = xsimd::fma(av, bv[v], c[r][v]);
+        for (index_t v = 0; v < V; ++v) c[r][v] = xsimd::fma(av, bv[v], c[r][v]);
       }
     }
   }
 
-  /// t (MR x NR, row-major) = a_panel * b_panel over kc.
-  [[gnu::noinline]] static void micro(index_t kc, const float* __restrict a,
-                                      const float* __restrict b, float* __restrict t) {
-    vf c[MR][NV];
-    product(kc, a, b, c);
+  /// t (R x V vectors of a row-major MR x NR tile) = a_panel * b_panel over kc.
+  template <index_t R, index_t V>
+  [[gnu::noinline]] static void micro_rv(index_t kc, const float* __restrict a,
+                                         const float* __restrict b, float* __restrict t) {
+    vf c[R][V];
+    product<R, V>(kc, a, b, c);
 #pragma GCC unroll 14
-    for (index_t r = 0; r < MR; ++r)
+    for (index_t r = 0; r < R; ++r)
 #pragma GCC unroll 2
-      for (index_t v = 0; v < NV; ++v) c[r][v].store_aligned(t + r * NR + v * L);
+      for (index_t v = 0; v < V; ++v) c[r][v].store_aligned(t + r * NR + v * L);
+  }
+
+  /// t (MR x NR, row-major) = a_panel * b_panel over kc, for the first mr rows and nr columns
+  /// (at least: edge tiles compute only the rows and vectors they need, rounded up to
+  /// MR / 3, 2 MR / 3 or MR rows and to whole vectors).
+  static void micro(index_t kc, const float* __restrict a, const float* __restrict b,
+                    float* __restrict t, index_t mr = MR, index_t nr = NR) {
+    constexpr index_t R1 = (MR + 2) / 3, R2 = (2 * MR + 2) / 3;
+    if (nr > (NV - 1) * L) {
+      if (mr > R2) return micro_rv<MR, NV>(kc, a, b, t);
+      if (mr > R1) return micro_rv<R2, NV>(kc, a, b, t);
+      return micro_rv<R1, NV>(kc, a, b, t);
+    }
+    if constexpr (NV > 1) {
+      if (mr > R2) return micro_rv<MR, NV - 1>(kc, a, b, t);
+      if (mr > R1) return micro_rv<R2, NV - 1>(kc, a, b, t);
+      return micro_rv<R1, NV - 1>(kc, a, b, t);
+    }
   }
 
   /// The full MR x NR tile at d (row stride ldd) = alpha * a_panel * b_panel + beta * d over kc
@@ -355,7 +376,7 @@ struct fma_kernel {
                                         const float* ab) {
     prefetch_tile<MR, NR>(d, ldd);
     vf c[MR][NV];
-    product(kc, a, b, c);
+    product<MR, NV>(kc, a, b, c);
     update_tile<MR, NV>(c, d, ldd, ab);
   }
 };
@@ -501,7 +522,10 @@ float run_part(const Prob& pr, const part& pt) {
                 }
               }
             }
-            Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            if constexpr (requires { Kern::micro(kcp, pa, bp, tile, mr, nr); })
+              Kern::micro(kcp, pa + ir * kcp, bp, tile, mr, nr); // edge tiles: what they need
+            else
+              Kern::micro(kcp, pa + ir * kcp, bp, tile);
             const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, mr, nr, first,
                                         last, direct, w, ldw);
             mx = m > mx ? m : mx;
