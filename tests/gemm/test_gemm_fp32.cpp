@@ -206,3 +206,20 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: bit-identical results on repeated calls", "[
   TestType::run(a.view, b.view, c2.view, opts);
   CHECK(std::memcmp(c1.storage.data(), c2.storage.data(), c1.storage.size() * sizeof(float)) == 0);
 }
+
+TEMPLATE_LIST_TEST_CASE("gemm fp32: empty extents (K == 0, M == 0, N == 0)", "[gemm][fp32]",
+                        all_configs) {
+  // K == 0: A B is the zero matrix, so C = beta * C (exact zeros for beta == 0, whatever C
+  // held); M == 0 or N == 0: nothing to write. Sizes on both sides of the portable 64 x 64 tile.
+  std::uint64_t seed = base_seed + 30;
+  for (const index_t s : {1, 17, 64, 65})
+    for (const float beta : {0.f, 0.5f}) {
+      check_gemm_case<TestType, fp32, fp32, fp32>(s, 70, 0, {}, {}, {false, 2, 1}, 1.f, beta,
+                                                  ++seed);
+      check_gemm_case<TestType, fp32, fp32, fp32>(0, s, 33, {}, {true, 0, 0}, {}, 1.f, beta,
+                                                  ++seed);
+      // (C with a padded leading dimension: the harness divides by it.)
+      check_gemm_case<TestType, fp32, fp32, fp32>(s, 0, 33, {true, 1, 0}, {}, {false, 1, 0}, 1.f,
+                                                  beta, ++seed);
+    }
+}
