@@ -253,20 +253,25 @@ void with_stage(int s, F&& f) {
   (std::make_integer_sequence<int, P>{});
 }
 
-/// The tensor type stage s receives: X (the model input batch) for stage 0, else the output
+/// The tensor type stage s receives when Model's layers are cut at Bounds::value (stage k is
+/// layers [value[k], value[k + 1])): X (the model input batch) for stage 0, else the output
 /// type of stage s - 1.
-template <class Model, int P, class Cuts, int s, class X,
-          class Exec = Kokkos::DefaultExecutionSpace>
-struct stage_input {
-  using previous_input = typename stage_input<Model, P, Cuts, s - 1, X, Exec>::type;
-  using type =
-      std::remove_cvref_t<decltype(std::declval<pipeline_stage_t<Model, P, Cuts, s - 1>&>().forward(
-          std::declval<const Exec&>(), std::declval<const previous_input&>()))>;
+template <class Model, class Bounds, int s, class X, class Exec = Kokkos::DefaultExecutionSpace>
+struct stage_input_at {
+  using previous_input = typename stage_input_at<Model, Bounds, s - 1, X, Exec>::type;
+  using previous_stage = pipeline_stage<Model, Bounds::value[s - 1], Bounds::value[s]>;
+  using type = std::remove_cvref_t<decltype(std::declval<previous_stage&>().forward(
+      std::declval<const Exec&>(), std::declval<const previous_input&>()))>;
 };
-template <class Model, int P, class Cuts, class X, class Exec>
-struct stage_input<Model, P, Cuts, 0, X, Exec> {
+template <class Model, class Bounds, class X, class Exec>
+struct stage_input_at<Model, Bounds, 0, X, Exec> {
   using type = X;
 };
+
+/// The tensor type stage s of Model split in P stages by Cuts receives.
+template <class Model, int P, class Cuts, int s, class X,
+          class Exec = Kokkos::DefaultExecutionSpace>
+struct stage_input : stage_input_at<Model, stage_bounds<Model, P, Cuts>, s, X, Exec> {};
 
 namespace detail {
 /// An owning copy of rows [first, first + rows) of a (B, ...) tensor.
