@@ -18,9 +18,9 @@ namespace tessera_test {
 namespace tp = tessera::parallel;
 
 using all_plans =
-    std::tuple<tp::plan<>, tp::plan<tp::data<2>>, tp::plan<tp::tensor<2>>, tp::plan<tp::pipeline<2>>,
-               tp::plan<tp::data<2>, tp::tensor<2>>, tp::plan<tp::data<2>, tp::pipeline<2>>,
-               tp::plan<tp::tensor<2>, tp::pipeline<2>>,
+    std::tuple<tp::plan<>, tp::plan<tp::data<2>>, tp::plan<tp::tensor<2>>,
+               tp::plan<tp::pipeline<2>>, tp::plan<tp::data<2>, tp::tensor<2>>,
+               tp::plan<tp::data<2>, tp::pipeline<2>>, tp::plan<tp::tensor<2>, tp::pipeline<2>>,
                tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>>;
 
 /// Micro-batches for a plan: `with_pipeline` when it has a pipeline, else `without`.

@@ -7,7 +7,7 @@ using namespace tessera_test;
 
 TEST_CASE("plans: MLP fp32", "[parallel]") {
   check_all_plans<MLP<tessera::fp32>, tp::one_f_one_b, 4, 4>("MLP fp32", fp32_tolerance,
-                                                              {.global_batch = 16});
+                                                             {.global_batch = 16});
 }
 TEST_CASE("plans: MLP bf16", "[parallel]") {
   check_all_plans<MLP<tessera::bf16>, tp::gpipe, 1, 2>("MLP bf16", bf16_tolerance,

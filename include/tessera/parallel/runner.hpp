@@ -62,13 +62,17 @@ public:
 
   /// Layers initialised as Model(seed)'s, sliced for this rank's tensor coordinate.
   plan_stage(mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes)
-      : mesh_(&m), group_(m.tensor), stage_(seed), buckets_(m.data, stage_.parameters(), bucket_bytes) {
+      : mesh_(&m), group_(m.tensor), stage_(seed),
+        buckets_(m.data, stage_.parameters(), bucket_bytes) {
     bind_tensor_group(stage_, group_);
   }
 
   stage_type& stage() noexcept { return stage_; }
   buckets_type& buckets() noexcept { return buckets_; }
   const tensor_group& tensor() const noexcept { return group_; }
+  /// Where this stage's time went in the last forward_backward on the pipeline path (more than
+  /// one stage or micro-batch; zeros otherwise).
+  const pipeline_stats& last_pipeline_stats() const noexcept { return stats_; }
   /// This rank's parameters (shards), named as the single-process model's.
   auto parameters() const { return stage_.parameters(); }
 
@@ -88,8 +92,8 @@ public:
       backward_overlapped(exec, stage_, result.dlogits, buckets_);
     } else {
       using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
-      l = run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(exec, stage_, mesh_->pipeline,
-                                                                   x, labels, loss, grad_scale);
+      l = run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(
+          exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
     }
     buckets_.finish(exec);
     return global_mean(l);
@@ -156,6 +160,7 @@ private:
   tensor_group group_;
   stage_type stage_;
   buckets_type buckets_;
+  pipeline_stats stats_{};
 };
 
 /// Builds this rank's plan_stage of Model (seeded as Model(seed)) and calls f(stage).
@@ -164,7 +169,7 @@ template <Plan P, class Model, class Schedule = one_f_one_b, int MicroBatches = 
 void with_plan_stage(mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes, F&& f) {
   with_stage<P::pipeline_size>(m.at.pipeline, [&](auto s) {
     plan_stage<P, Model, Schedule, MicroBatches, C, decltype(s)::value, Wire> stage(m, seed,
-                                                                                  bucket_bytes);
+                                                                                    bucket_bytes);
     f(stage);
   });
 }

@@ -113,8 +113,7 @@ namespace detail {
 /// shard[o, i] = full[o, t, i] (host pointers).
 inline void take_shard(const float* full, float* shard, const shard_spec& s, int T, int t) {
   for (index_t o = 0; o < s.outer; ++o)
-    for (index_t i = 0; i < s.inner; ++i)
-      shard[o * s.inner + i] = full[(o * T + t) * s.inner + i];
+    for (index_t i = 0; i < s.inner; ++i) shard[o * s.inner + i] = full[(o * T + t) * s.inner + i];
 }
 
 /// full[o, t, i] = gathered[t, o, i] (gathered: the all-gather of the T shards).
@@ -146,7 +145,8 @@ void set_values(const Tensor& t, const float* values) {
 template <class Layer, class Whole>
 void init_from_whole(const Layer& layer, const Whole& whole, int T, int t) {
   std::vector<std::vector<float>> full;
-  boost::hana::for_each(whole.parameters(), [&](const auto& p) { full.push_back(host_values(p.value)); });
+  boost::hana::for_each(whole.parameters(),
+                        [&](const auto& p) { full.push_back(host_values(p.value)); });
   std::size_t k = 0;
   boost::hana::for_each(layer.parameters(), [&](const auto& p) {
     const shard_spec& s = Layer::shards[k];
@@ -174,7 +174,8 @@ inline void check_bound(const char* layer, bool bound) {
 }
 
 template <class P>
-inline constexpr bool tensor_parallel_precision = std::is_same_v<P, fp32> || std::is_same_v<P, bf16>;
+inline constexpr bool tensor_parallel_precision =
+    std::is_same_v<P, fp32> || std::is_same_v<P, bf16>;
 
 template <class Exec>
 void fence_and_all_reduce(const Exec& exec, const tensor_group& g, float* buf, index_t n) {
@@ -212,8 +213,8 @@ public:
   template <class InExt>
   using output_extents = extents<dyn, local_out>;
   /// weight (Out, In) as (1, T, Out/T * In); bias (Out) as (1, T, Out/T).
-  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, 1, local_out * In},
-                                                      shard_spec{true, 1, local_out}};
+  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, 1, local_out* In},
+                                                       shard_spec{true, 1, local_out}};
 
   /// Initialised as shard 0 of the whole layer; bind() re-slices for the group's rank.
   explicit ColumnParallelLinear(std::uint64_t seed = 0)
@@ -291,13 +292,13 @@ public:
   using weight_extents = extents<Out, local_in>;
   using bias_extents = extents<Out>;
   template <class InExt>
-  static constexpr bool accepts =
-      InExt::rank == 2 && (InExt::static_extent(1) == local_in || InExt::static_extent(1) == dyn);
+  static constexpr bool accepts = InExt::rank == 2 && (InExt::static_extent(1) == local_in ||
+                                                       InExt::static_extent(1) == dyn);
   template <class InExt>
   using output_extents = extents<dyn, Out>;
   /// weight (Out, In) as (Out, T, In/T); the bias replicated.
   static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, Out, local_in},
-                                                      shard_spec{false, 1, 0}};
+                                                       shard_spec{false, 1, 0}};
 
   explicit RowParallelLinear(std::uint64_t seed = 0)
       : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), seed_(seed),
@@ -339,8 +340,8 @@ public:
     const float* b = bias_.value.data();
     auto* out = y.data();
     Kokkos::parallel_for(
-        "tessera::parallel::RowParallelLinear::forward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, B),
-        KOKKOS_LAMBDA(const index_t i) {
+        "tessera::parallel::RowParallelLinear::forward[bias]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B), KOKKOS_LAMBDA(const index_t i) {
           for (index_t j = 0; j < Out; ++j)
             out[i * Out + j] = from_float<activation_precision>(a[i * Out + j] + b[j]);
         });
@@ -399,8 +400,9 @@ private:
 /// Conv2d<InC, OutC, K, Opt, P> split by output channels: this rank's OutC/T filters and biases.
 template <index_t InC, index_t OutC, index_t K, nn::conv_options Opt, int T, class P = fp32>
 class ColumnParallelConv2d {
-  static_assert(T >= 1 && OutC % T == 0,
-                "tessera::parallel::ColumnParallelConv2d<InC, OutC, K, Opt, T>: T must divide OutC");
+  static_assert(
+      T >= 1 && OutC % T == 0,
+      "tessera::parallel::ColumnParallelConv2d<InC, OutC, K, Opt, T>: T must divide OutC");
   static_assert(Opt.groups == 1,
                 "tessera::parallel::ColumnParallelConv2d: grouped convolutions are not split");
   static_assert(detail::tensor_parallel_precision<P>,
@@ -420,8 +422,8 @@ public:
   template <class InExt>
   using output_extents = typename inner_type::template output_extents<InExt>;
   /// weight (OutC, InC, K, K) as (1, T, OutC/T * InC K K); bias as (1, T, OutC/T).
-  static constexpr std::array<shard_spec, 2> shards = {
-      shard_spec{true, 1, local_out * InC * K * K}, shard_spec{true, 1, local_out}};
+  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, 1, local_out* InC* K* K},
+                                                       shard_spec{true, 1, local_out}};
 
   explicit ColumnParallelConv2d(std::uint64_t seed = 0)
       : inner_(seed), seed_(seed), w_cast_("tp.conv.w"), dy_cast_("tp.conv.dy"),
@@ -512,8 +514,8 @@ public:
   template <class InExt>
   using output_extents = typename shape_type::template output_extents<InExt>;
   /// weight (OutC, InC, K, K) as (OutC, T, InC/T * K K); the bias replicated.
-  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, OutC, local_in * K * K},
-                                                      shard_spec{false, 1, 0}};
+  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, OutC, local_in* K* K},
+                                                       shard_spec{false, 1, 0}};
 
   explicit RowParallelConv2d(std::uint64_t seed = 0)
       : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), seed_(seed),
@@ -582,8 +584,8 @@ public:
     const auto dy =
         Tensor<DP, dextents<4>, layout_right, M>(dy_in.kokkos_view(), dextents<4>::from_all(out_));
     const auto dq = dy_cast_(exec, dy);
-    conv2d_backward_weight(exec, x_.conv_input(), dq.conv_input(), weight_.grad,
-                           whole_type::params, ws_);
+    conv2d_backward_weight(exec, x_.conv_input(), dq.conv_input(), weight_.grad, whole_type::params,
+                           ws_);
     // The bias gradient as nn::Conv2d computes it (each row of Q summed first).
     const auto* d = dy.data();
     float* db = bias_.grad.data();
@@ -730,8 +732,9 @@ requires(R != split_role::replicate) struct split_layer<I, nn::Conv2d<InC, OutC,
       tensor_split_check<I, nn::Conv2d<InC, OutC, K, O, P>, T, width % T == 0>::ok &&
       tensor_split_precision_check<I, nn::Conv2d<InC, OutC, K, O, P>,
                                    tensor_parallel_precision<P>>::ok;
-  using type = std::conditional_t<R == split_role::column, ColumnParallelConv2d<InC, OutC, K, O, T, P>,
-                                  RowParallelConv2d<InC, OutC, K, O, T, P>>;
+  using type =
+      std::conditional_t<R == split_role::column, ColumnParallelConv2d<InC, OutC, K, O, T, P>,
+                         RowParallelConv2d<InC, OutC, K, O, T, P>>;
 };
 
 template <class Model>
@@ -749,24 +752,25 @@ struct tensor_split_impl<nn::Sequential<L...>, T, std::index_sequence<I...>> {
   static constexpr auto roles = pair_roles<sizeof...(L)>({tp_kind_of<L>::value...});
   static constexpr bool ok = (split_layer<I, L, roles[I], T>::ok && ...);
   // After a failed check, the model unchanged: one error, not a cascade of shape errors.
-  using type = std::conditional_t<ok, nn::Sequential<typename split_layer<I, L, roles[I], T>::type...>,
-                                  nn::Sequential<L...>>;
+  using type =
+      std::conditional_t<ok, nn::Sequential<typename split_layer<I, L, roles[I], T>::type...>,
+                         nn::Sequential<L...>>;
 };
 
 } // namespace detail
 
 /// The role of each layer of Model (an nn::Sequential) under the tensor split.
 template <class Model>
-inline constexpr auto tensor_split_roles = detail::pair_roles<detail::layers_of<Model>::size>(
-    detail::layers_of<Model>::kinds);
+inline constexpr auto tensor_split_roles =
+    detail::pair_roles<detail::layers_of<Model>::size>(detail::layers_of<Model>::kinds);
 
 /// Model with its Linear / Conv2d pairs split T ways (see the file comment); Model itself for
 /// T == 1. Layer indices, and so parameter names and seeds, are those of Model.
 template <class Model, int T>
 struct tensor_split {
   static_assert(T >= 1, "tessera::parallel::tensor_split: T must be at least 1");
-  using type = typename detail::tensor_split_impl<Model, T,
-                                                  std::make_index_sequence<detail::layers_of<Model>::size>>::type;
+  using type = typename detail::tensor_split_impl<
+      Model, T, std::make_index_sequence<detail::layers_of<Model>::size>>::type;
 };
 template <class Model>
 struct tensor_split<Model, 1> {
@@ -818,35 +822,47 @@ void bind_tensor_group(Model& model, const tensor_group& group) {
   });
 }
 
-/// The whole (unsplit) values of every parameter of `model`, by name ("I.weight"), gathered
-/// over `group` (a collective: every rank of the group calls it and gets the same map).
-template <class Model>
-std::map<std::string, std::vector<float>> gather_parameters(Model& model,
-                                                            const tensor_group& group) {
+namespace detail {
+template <bool Gradients, class Model>
+std::map<std::string, std::vector<float>> gather_whole(Model& model, const tensor_group& group) {
   std::map<std::string, std::vector<float>> out;
   for_each_layer(model, [&](auto index, auto& layer) {
     using L = std::remove_cvref_t<decltype(layer)>;
     std::size_t k = 0;
     boost::hana::for_each(layer.parameters(), [&](const auto& p) {
-      std::vector<float> local = detail::host_values(p.value);
+      std::vector<float> local = host_values(Gradients ? p.grad : p.value);
       auto& full = out[std::to_string(decltype(index)::value) + "." + p.name];
-      if constexpr (detail::tensor_parallel_layer<L>) {
-        const shard_spec& s = L::shards[k];
-        if (s.split) {
-          std::vector<float> gathered(local.size() * std::size_t(group.size()));
-          group.all_gather(local.data(), gathered.data(), std::int64_t(local.size()));
-          full.resize(gathered.size());
-          detail::assemble_shards(gathered.data(), full.data(), s, group.size());
-        } else {
-          full = std::move(local);
-        }
-      } else {
-        full = std::move(local);
-      }
+      shard_spec s{};
+      if constexpr (tensor_parallel_layer<L>) s = L::shards[k];
       ++k;
+      if (!s.split) {
+        full = std::move(local);
+        return;
+      }
+      std::vector<float> gathered(local.size() * std::size_t(group.size()));
+      group.all_gather(local.data(), gathered.data(), std::int64_t(local.size()));
+      full.resize(gathered.size());
+      assemble_shards(gathered.data(), full.data(), s, group.size());
     });
   });
   return out;
+}
+} // namespace detail
+
+/// The whole (unsplit) values of every parameter of `model` (a Sequential or pipeline stage),
+/// by name ("I.weight"), gathered over `group` (a collective: every rank of the group calls it
+/// and gets the same map). Replicated parameters are this rank's copy.
+template <class Model>
+std::map<std::string, std::vector<float>> gather_parameters(Model& model,
+                                                            const tensor_group& group) {
+  return detail::gather_whole<false>(model, group);
+}
+
+/// The same for the parameters' gradients.
+template <class Model>
+std::map<std::string, std::vector<float>> gather_gradients(Model& model,
+                                                           const tensor_group& group) {
+  return detail::gather_whole<true>(model, group);
 }
 
 /// Sets every parameter of `model` from whole values by name (as gather_parameters returns
@@ -868,7 +884,8 @@ void scatter_parameters(Model& model, const tensor_group& group,
         const std::size_t want = std::size_t(p.size()) * (s.split ? std::size_t(group.size()) : 1);
         if (pass == 0) {
           if (it == whole.end())
-            throw value_error("tessera::parallel::scatter_parameters: no values for '" + name + "'");
+            throw value_error("tessera::parallel::scatter_parameters: no values for '" + name +
+                              "'");
           if (it->second.size() != want)
             throw value_error("tessera::parallel::scatter_parameters: '" + name + "' has " +
                               std::to_string(it->second.size()) + " values, the model needs " +
