@@ -61,13 +61,15 @@ public:
   using buckets_type = gradient_buckets<C, memory_space, Wire>;
 
   /// Layers initialised as Model(seed)'s, sliced for this rank's tensor coordinate.
-  plan_stage(mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes)
+  plan_stage(parallel::mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes)
       : mesh_(&m), group_(m.tensor), stage_(seed),
         buckets_(m.data, stage_.parameters(), bucket_bytes) {
     bind_tensor_group(stage_, group_);
   }
 
   stage_type& stage() noexcept { return stage_; }
+  /// The plan's mesh this stage runs on.
+  parallel::mesh<P, C>& mesh() noexcept { return *mesh_; }
   buckets_type& buckets() noexcept { return buckets_; }
   const tensor_group& tensor() const noexcept { return group_; }
   /// Where this stage's time went in the last forward_backward on the pipeline path (more than
@@ -156,7 +158,7 @@ private:
     return l;
   }
 
-  mesh<P, C>* mesh_;
+  parallel::mesh<P, C>* mesh_;
   tensor_group group_;
   stage_type stage_;
   buckets_type buckets_;
