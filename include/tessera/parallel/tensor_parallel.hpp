@@ -100,12 +100,14 @@ private:
 };
 
 /// How one parameter of a tensor-parallel layer is split. The whole tensor, row-major, is seen
-/// as (outer, T, inner): rank t holds the (outer, inner) block at t. `split == false`: every
-/// rank holds the whole tensor (replicated).
+/// as (outer, T, inner): rank t holds the (outer, inner) block at t, which is the whole tensor
+/// cut along dimension `dim` into T equal parts. `split == false`: every rank holds the whole
+/// tensor (replicated).
 struct shard_spec {
   bool split = false;
   index_t outer = 1;
   index_t inner = 0;
+  int dim = 0;
 };
 
 namespace detail {
@@ -297,7 +299,7 @@ public:
   template <class InExt>
   using output_extents = extents<dyn, Out>;
   /// weight (Out, In) as (Out, T, In/T); the bias replicated.
-  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, Out, local_in},
+  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, Out, local_in, 1},
                                                        shard_spec{false, 1, 0}};
 
   explicit RowParallelLinear(std::uint64_t seed = 0)
@@ -514,7 +516,7 @@ public:
   template <class InExt>
   using output_extents = typename shape_type::template output_extents<InExt>;
   /// weight (OutC, InC, K, K) as (OutC, T, InC/T * K K); the bias replicated.
-  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, OutC, local_in* K* K},
+  static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, OutC, local_in* K* K, 1},
                                                        shard_spec{false, 1, 0}};
 
   explicit RowParallelConv2d(std::uint64_t seed = 0)
