@@ -22,6 +22,8 @@
 /// Parameter gradients are summed over the micro-batches (each micro-batch's loss gradient is
 /// scaled by 1/M), so they equal the gradient of the mean loss over the whole batch.
 
+#include <tessera/nn/conv2d.hpp>
+#include <tessera/nn/linear.hpp>
 #include <tessera/nn/sequential.hpp>
 #include <tessera/parallel/communicator.hpp>
 #include <tessera/parallel/policies.hpp>
