@@ -5,6 +5,15 @@
 //   train_fashion_mnist --precision bf16 --full  # all 60,000 images, 3 epochs
 //   train_fashion_mnist --precision fp8 --epochs 2 --threads 2 --checkpoint ck.bin
 //   train_fashion_mnist --precision fp8 --epochs 3 --threads 2 --resume ck.bin  # epoch 3 only
+//   OMP_NUM_THREADS=1 mpiexec -n 8 train_fashion_mnist --plan data=2,tensor=2,pipeline=2
+//
+// --plan data=D,tensor=T,pipeline=P (each 1 or 2; missing ones are 1) trains with one of eight
+// compile-time tessera::parallel plans over MPI (fp32 or bf16; built only when CMake found MPI,
+// TESSERA_EXAMPLE_WITH_MPI): each of the D data replicas takes 1/D of every batch, the Linear and
+// Conv2d pairs are split T ways (Megatron column/row halves), and the layers are cut into P
+// stages (balanced by FLOPs) fed 4 micro-batches on the 1F1B schedule. The run needs exactly
+// D * T * P processes; otherwise every rank prints why and the job stops. Batches are cut to a
+// multiple of D (times 4 with a pipeline); only rank 0 prints.
 //
 // Model (FashionCNN): Conv2d(1,32,3,pad 1) ReLU MaxPool2d(2); Conv2d(32,64,3,pad 1) ReLU
 // MaxPool2d(2); Flatten; Linear(3136,128) ReLU; Linear(128,10). SGD lr 0.05, momentum 0.9,
@@ -27,6 +36,11 @@
 
 #include <boost/hana/for_each.hpp>
 
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+#include <tessera/parallel/mpi.hpp>
+#include <tessera/parallel/runner.hpp>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -34,8 +48,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -63,16 +79,41 @@ struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint, resume;
   bool progress = true;
+  std::string plan;                                      // "" : one process, no MPI
+  int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
 };
 
 [[noreturn]] void usage(const char* msg, int code = 2) {
   std::fprintf(stderr,
                "%s\nusage: train_fashion_mnist [--precision fp32|bf16|fp8] [--epochs N] "
-               "[--threads N] [--limit N | --full] [--test-limit N] [--batch N] [--lr X] [--seed "
-               "N] [--data DIR] "
-               "[--checkpoint FILE] [--resume FILE] [--no-progress]\n",
+               "[--threads N] [--limit N | --full] [--test-limit N] [--batch N] [--lr X] "
+               "[--seed N] [--data DIR] [--checkpoint FILE] [--resume FILE] [--no-progress] "
+               "[--plan data=D,tensor=T,pipeline=P (each 1 or 2; under mpiexec)]\n",
                msg);
   std::exit(code);
+}
+
+/// --plan data=D,tensor=T,pipeline=P: comma-separated, any order, each at most once, 1 or 2.
+void parse_plan(options& o) {
+  bool seen[3] = {false, false, false};
+  std::size_t at = 0;
+  while (at <= o.plan.size()) {
+    const std::size_t comma = std::min(o.plan.find(',', at), o.plan.size());
+    const std::string item = o.plan.substr(at, comma - at);
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq == std::string::npos ? item.size() : eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const int k = key == "data" ? 0 : key == "tensor" ? 1 : key == "pipeline" ? 2 : -1;
+    if (k < 0 || seen[k] || (value != "1" && value != "2"))
+      usage(("--plan " + o.plan + ": give data=D,tensor=T,pipeline=P, each 1 or 2 and at most once")
+                .c_str());
+    seen[k] = true;
+    (k == 0 ? o.plan_data : k == 1 ? o.plan_tensor : o.plan_pipeline) = value == "2" ? 2 : 1;
+    at = comma + 1;
+  }
+  if (o.precision == "fp8") usage("--plan trains in fp32 or bf16 (the tensor split has no fp8)");
+  if (!o.checkpoint.empty() || !o.resume.empty())
+    usage("--plan does not take --checkpoint or --resume");
 }
 
 options parse(int argc, char** argv) {
@@ -109,6 +150,8 @@ options parse(int argc, char** argv) {
       o.resume = next();
     else if (a == "--no-progress")
       o.progress = false;
+    else if (a == "--plan")
+      o.plan = next();
     else if (a.rfind("--kokkos", 0) == 0)
       continue; // Kokkos' own flags
     else
@@ -118,6 +161,7 @@ options parse(int argc, char** argv) {
     usage("--precision must be fp32, bf16 or fp8");
   if (o.epochs < 1 || o.batch < 1 || o.limit < 0 || o.test_limit < 0)
     usage("--epochs, --batch must be >= 1, --limit and --test-limit >= 0");
+  if (!o.plan.empty()) parse_plan(o);
   return o;
 }
 
@@ -285,10 +329,129 @@ int run(const options& o) {
   return 0;
 }
 
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+/// Training under plan<data<D>, tensor<T>, pipeline<P>>: see the file comment.
+template <class Prec, int D, int T, int P>
+int run_plan(const options& o) {
+  namespace tp = tessera::parallel;
+  using Plan = tp::plan<tp::data<D>, tp::tensor<T>, tp::pipeline<P>>;
+  using exec_space = Kokkos::DefaultExecutionSpace;
+  constexpr int micro_batches = P > 1 ? 4 : 1;
+  constexpr index_t granule = index_t(D) * micro_batches; // a global batch is a multiple of it
+  constexpr bool scaled = !std::is_same_v<Prec, tessera::fp32>;
+  const exec_space exec;
+  auto mesh = tp::make_mesh_or_abort<Plan>(tp::mpi_communicator::world());
+  const bool root = mesh.world.rank() == 0;
+  const auto train_set = load(o.data, "train", o.limit);
+  const auto test_set = load(o.data, "t10k", 0);
+  if (root)
+    std::fprintf(stderr,
+                 "[train] %s, %s on %d processes, %ld training images, %ld test images, batch "
+                 "%ld, %d micro-batch(es), %d thread(s) per process\n",
+                 o.precision.c_str(), Plan::name().c_str(), Plan::world_size, long(train_set.n),
+                 long(test_set.n), long(o.batch), micro_batches, exec_space().concurrency());
+  tp::with_plan_stage<Plan, FashionCNN<Prec>, tp::one_f_one_b, micro_batches>(
+      mesh, o.seed, std::size_t(1) << 20, [&](auto& stage) {
+        nn::SoftmaxCrossEntropy loss;
+        tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
+        tessera::train::dynamic_scaler<> scaler;
+        const auto params = stage.parameters();
+        batch_buffers buf;
+        std::vector<index_t> order(static_cast<std::size_t>(train_set.n));
+        for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+          std::iota(order.begin(), order.end(), index_t{0});
+          std::mt19937_64 rng(o.seed * 1000003 + static_cast<std::uint64_t>(epoch));
+          std::shuffle(order.begin(), order.end(), rng); // the same order on every rank
+          const auto t0 = clock_type::now();
+          auto last_bar = t0;
+          double loss_sum = 0;
+          index_t seen = 0, skipped = 0;
+          for (index_t b = 0; b < train_set.n; b += o.batch) {
+            const index_t e = std::min(train_set.n, b + o.batch);
+            const index_t used = (e - b) / granule * granule, share = used / D;
+            if (used == 0) continue;
+            const index_t first = b + mesh.at.data * share;
+            buf.fill(train_set, order, first, first + share);
+            const float s = scaled ? scaler.scale() : 1.f;
+            const float l = stage.forward_backward(exec, buf.x, buf.y, loss, s);
+            if constexpr (scaled) {
+              skipped += tp::consistent_step(exec, opt, scaler, params, mesh.world) ? 0 : 1;
+            } else {
+              opt.step(exec, params);
+            }
+            loss_sum += static_cast<double>(l) * static_cast<double>(used);
+            seen += used;
+            if (root && o.progress && (seconds_since(last_bar) > 0.25 || e == train_set.n)) {
+              last_bar = clock_type::now();
+              const int width = 30, fill = static_cast<int>(width * e / train_set.n);
+              std::fprintf(stderr, "\r  epoch %d [%.*s%*s] %6ld/%ld  loss %.4f  %.0f images/s ",
+                           epoch, fill, "##############################", width - fill, "", long(e),
+                           long(train_set.n), loss_sum / static_cast<double>(seen),
+                           static_cast<double>(seen) / seconds_since(t0));
+            }
+          }
+          const double secs = seconds_since(t0);
+          if (root && o.progress) std::fprintf(stderr, "\n");
+          // Test accuracy: 1000 images per global batch, each data replica 1000 / D of them.
+          constexpr index_t eval_batch = 1000;
+          std::vector<index_t> test_order(static_cast<std::size_t>(test_set.n));
+          std::iota(test_order.begin(), test_order.end(), index_t{0});
+          index_t correct = 0, counted = 0;
+          for (index_t b = 0; b + eval_batch <= test_set.n; b += eval_batch) {
+            const index_t first = b + mesh.at.data * (eval_batch / D);
+            buf.fill(test_set, test_order, first, first + eval_batch / D);
+            const tp::evaluation r = stage.evaluate(exec, buf.x, buf.y, loss);
+            correct += r.correct;
+            counted += r.count;
+          }
+          if (root) {
+            std::printf("epoch %d  %s  %s  train loss %.4f  test accuracy %.2f%%  %.1f s  %.0f "
+                        "images/s",
+                        epoch, o.precision.c_str(), Plan::name().c_str(),
+                        loss_sum / static_cast<double>(seen),
+                        100.0 * double(correct) / double(counted), secs,
+                        static_cast<double>(seen) / secs);
+            if (scaled)
+              std::printf("  (loss scale %g, %ld skipped steps)", scaler.scale(), long(skipped));
+            std::printf("\n");
+            std::fflush(stdout);
+          }
+        }
+      });
+  return 0;
+}
+
+/// f(std::integral_constant<int, 1 or 2>) for v in {1, 2}.
+template <class F>
+int with_size(int v, F&& f) {
+  return v == 2 ? f(std::integral_constant<int, 2>{}) : f(std::integral_constant<int, 1>{});
+}
+
+template <class Prec>
+int run_any_plan(const options& o) {
+  return with_size(o.plan_data, [&](auto d) {
+    return with_size(o.plan_tensor, [&](auto t) {
+      return with_size(o.plan_pipeline, [&](auto p) {
+        return run_plan<Prec, decltype(d)::value, decltype(t)::value, decltype(p)::value>(o);
+      });
+    });
+  });
+}
+#endif
+
 } // namespace
 
 int main(int argc, char* argv[]) {
   const options o = parse(argc, argv);
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+  // MPI only for --plan: the default run stays a plain process.
+  std::optional<tessera::parallel::mpi_environment> mpi;
+  if (!o.plan.empty()) mpi.emplace(argc, argv);
+#else
+  if (!o.plan.empty())
+    usage("--plan needs MPI, and this train_fashion_mnist was built without it (CMake did not "
+          "find MPI)");
+#endif
   // Kokkos' thread-count flag: --kokkos-threads on 3.x, --kokkos-num-threads from 4.0.
   std::vector<std::string> kargs{argv[0]};
   if (o.threads > 0)
@@ -302,6 +465,11 @@ int main(int argc, char* argv[]) {
   int kargc = static_cast<int>(kargv.size());
   Kokkos::ScopeGuard kokkos(kargc, kargv.data());
   try {
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+    if (!o.plan.empty())
+      return o.precision == "fp32" ? run_any_plan<tessera::fp32>(o)
+                                   : run_any_plan<tessera::bf16>(o);
+#endif
     if (o.precision == "fp32") return run<tessera::fp32>(o);
     if (o.precision == "bf16") return run<tessera::bf16>(o);
     return run<nn::fp8<>>(o);

@@ -7,6 +7,7 @@
 #include <tessera/parallel/data_parallel.hpp>
 #include <tessera/parallel/mesh.hpp>
 #include <tessera/parallel/pipeline.hpp>
+#include <tessera/parallel/runner.hpp>
 #include <tessera/train/sgd.hpp>
 
 #include <boost/hana/for_each.hpp>
@@ -31,7 +32,8 @@ using FashionCNN =
                    nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128, P>, nn::ReLU,
                    nn::Linear<128, 10, P>>;
 
-/// An MLP with odd widths (the tensor split needs even hidden widths: 36 and 20).
+/// An MLP with odd input and output widths; the tensor split pairs Linear 0 (36 outputs) with
+/// Linear 2 (36 inputs) and replicates Linear 4.
 template <class P>
 using MLP = nn::Sequential<nn::Linear<23, 36, P>, nn::ReLU, nn::Linear<36, 20, P>, nn::GELU,
                            nn::Linear<20, 10, P>>;
@@ -127,33 +129,28 @@ std::map<std::string, std::vector<float>> train_reference(const run_options& o) 
   return values_by_name(model.parameters());
 }
 
-/// Training under a plan with data and pipeline splits: this rank's stage, its data share of
-/// each batch in M micro-batches on the schedule Kind; returns this rank's parameters by name.
+/// Training under Plan (data, tensor and pipeline splits): this rank's stage of the tensor-split
+/// model, its data share of each global batch in M micro-batches on the schedule Kind, the same
+/// SGD; returns the WHOLE values (gathered over the tensor group) of this rank's stage's
+/// parameters, by name.
 template <class Model, class Plan, class Kind, int M, class C>
 std::map<std::string, std::vector<float>> train_plan(C world, const run_options& o) {
   namespace tp = tessera::parallel;
   Kokkos::DefaultExecutionSpace exec;
   tp::mesh<Plan, C> mesh(world);
   std::map<std::string, std::vector<float>> result;
-  tp::with_stage<Plan::pipeline_size>(mesh.at.pipeline, [&](auto stage_index) {
-    constexpr int s = decltype(stage_index)::value, P = Plan::pipeline_size;
-    using cuts = typename Plan::cuts;
-    using X = decltype(make_input<Model>(1));
-    using In = typename tp::stage_input<Model, P, cuts, s, X>::type;
-    tp::pipeline_stage_t<Model, P, cuts, s> stage(o.seed);
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
     tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
     nn::SoftmaxCrossEntropy loss;
-    tp::gradient_buckets dp(mesh.data, stage.parameters(), o.bucket_bytes);
     const int share = o.global_batch / Plan::data_size, first = mesh.at.data * share;
     for (int step = 0; step < o.steps; ++step) {
       auto x = make_input<Model>(share);
       Kokkos::View<int*> labels("labels", share);
       fill_batch(step, first, x, labels);
-      tp::run_pipeline_stage<Kind, M, s, P, In>(exec, stage, mesh.pipeline, x, labels, loss);
-      dp.finish(exec);
+      stage.forward_backward(exec, x, labels, loss);
       opt.step(exec, stage.parameters());
     }
-    result = values_by_name(stage.parameters());
+    result = stage.gather_parameters();
   });
   return result;
 }

@@ -22,6 +22,8 @@
 /// Parameter gradients are summed over the micro-batches (each micro-batch's loss gradient is
 /// scaled by 1/M), so they equal the gradient of the mean loss over the whole batch.
 
+#include <tessera/nn/conv2d.hpp>
+#include <tessera/nn/linear.hpp>
 #include <tessera/nn/sequential.hpp>
 #include <tessera/parallel/communicator.hpp>
 #include <tessera/parallel/policies.hpp>
@@ -37,6 +39,7 @@
 #include <boost/hana/tuple.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -253,20 +256,25 @@ void with_stage(int s, F&& f) {
   (std::make_integer_sequence<int, P>{});
 }
 
-/// The tensor type stage s receives: X (the model input batch) for stage 0, else the output
+/// The tensor type stage s receives when Model's layers are cut at Bounds::value (stage k is
+/// layers [value[k], value[k + 1])): X (the model input batch) for stage 0, else the output
 /// type of stage s - 1.
-template <class Model, int P, class Cuts, int s, class X,
-          class Exec = Kokkos::DefaultExecutionSpace>
-struct stage_input {
-  using previous_input = typename stage_input<Model, P, Cuts, s - 1, X, Exec>::type;
-  using type =
-      std::remove_cvref_t<decltype(std::declval<pipeline_stage_t<Model, P, Cuts, s - 1>&>().forward(
-          std::declval<const Exec&>(), std::declval<const previous_input&>()))>;
+template <class Model, class Bounds, int s, class X, class Exec = Kokkos::DefaultExecutionSpace>
+struct stage_input_at {
+  using previous_input = typename stage_input_at<Model, Bounds, s - 1, X, Exec>::type;
+  using previous_stage = pipeline_stage<Model, Bounds::value[s - 1], Bounds::value[s]>;
+  using type = std::remove_cvref_t<decltype(std::declval<previous_stage&>().forward(
+      std::declval<const Exec&>(), std::declval<const previous_input&>()))>;
 };
-template <class Model, int P, class Cuts, class X, class Exec>
-struct stage_input<Model, P, Cuts, 0, X, Exec> {
+template <class Model, class Bounds, class X, class Exec>
+struct stage_input_at<Model, Bounds, 0, X, Exec> {
   using type = X;
 };
+
+/// The tensor type stage s of Model split in P stages by Cuts receives.
+template <class Model, int P, class Cuts, int s, class X,
+          class Exec = Kokkos::DefaultExecutionSpace>
+struct stage_input : stage_input_at<Model, stage_bounds<Model, P, Cuts>, s, X, Exec> {};
 
 namespace detail {
 /// An owning copy of rows [first, first + rows) of a (B, ...) tensor.
@@ -303,6 +311,19 @@ void convert_into(Dst& dst, const Src& src) {
 }
 } // namespace detail
 
+/// Where one stage's time went in one run_pipeline_stage call (for benchmarks): wall time of
+/// the call, the part spent computing (forwards, recomputed forwards, backwards, gradient
+/// accumulation, the loss), and the number of forwards recomputed before a backward.
+struct pipeline_stats {
+  double wall_seconds = 0;
+  double busy_seconds = 0;
+  int recomputed = 0;
+  /// The stage's idle fraction: 1 - busy / wall.
+  double idle_fraction() const noexcept {
+    return wall_seconds > 0 ? 1.0 - busy_seconds / wall_seconds : 0.0;
+  }
+};
+
 /// One training step of one pipeline stage on the schedule Kind (gpipe or one_f_one_b) with
 /// M micro-batches: forwards and backwards in the table's order for stage s of P, activations
 /// received from stage s - 1 and sent to s + 1 over `pipe` (the pipeline group; ranks are
@@ -313,10 +334,24 @@ void convert_into(Dst& dst, const Src& src) {
 /// gradient. Returns the mean loss over the batch on the last stage, 0 elsewhere.
 ///
 /// The batch B must be a multiple of M; throws value_error before any communication otherwise.
+/// If `stats` is given, it receives where the time went.
 template <class Kind, int M, int s, int P, class In, class Exec, class Stage, Communicator C,
           class X, class Labels, class Loss>
 float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, const Labels& labels,
-                         Loss& loss, float grad_scale = 1.f) {
+                         Loss& loss, float grad_scale = 1.f, pipeline_stats* stats = nullptr) {
+  using clock = std::chrono::steady_clock;
+  const auto call_start = clock::now();
+  double busy = 0;
+  int recomputed = 0;
+  auto timed = [&](auto&& f) -> decltype(auto) {
+    const auto t0 = clock::now();
+    struct add_on_exit {
+      double& busy;
+      clock::time_point t0;
+      ~add_on_exit() { busy += std::chrono::duration<double>(clock::now() - t0).count(); }
+    } guard{busy, t0};
+    return f();
+  };
   static_assert(0 <= s && s < P && M >= 1,
                 "tessera::parallel::run_pipeline_stage: need 0 <= s < P stages and M >= 1");
   static_assert(
@@ -352,7 +387,7 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
 
   auto run_forward = [&](int i) -> decltype(auto) {
     latest_forward = i;
-    return stage.forward(exec, inputs.at(i));
+    return timed([&]() -> decltype(auto) { return stage.forward(exec, inputs.at(i)); });
   };
 
   for (const step& st : row) {
@@ -375,7 +410,8 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
       const auto& out = run_forward(i);
       if constexpr (last) {
         auto lab = Kokkos::subview(labels, Kokkos::pair<index_t, index_t>(i * mb, (i + 1) * mb));
-        auto result = loss.forward_backward(exec, out, lab, grad_scale / float(M));
+        auto result =
+            timed([&] { return loss.forward_backward(exec, out, lab, grad_scale / float(M)); });
         loss_sum += double(result.loss);
         dys.emplace(i, detail::copy_rows(exec, result.dlogits, 0, mb));
       } else {
@@ -393,19 +429,25 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
         pipe.recv(buf.data(), buf.size(), s + 1, tag_grad);
         dys.emplace(i, std::move(buf));
       }
-      if (latest_forward != i) run_forward(i); // recompute: layers hold one forward's state
-      auto dx = stage.backward(exec, dys.at(i), !first);
-      exec.fence();
-      std::size_t k = 0;
-      boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-        auto a = acc[k++];
-        const float* g = p.grad.data();
-        Kokkos::parallel_for(
-            "tessera::parallel::pipeline.accumulate",
-            Kokkos::RangePolicy<Exec>(exec, 0, index_t(a.extent(0))),
-            KOKKOS_LAMBDA(const index_t j) { a(j) += g[j]; });
+      if (latest_forward != i) { // recompute: layers hold one forward's state
+        run_forward(i);
+        ++recomputed;
+      }
+      auto dx = timed([&] {
+        auto d = stage.backward(exec, dys.at(i), !first);
+        exec.fence();
+        std::size_t k = 0;
+        boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+          auto a = acc[k++];
+          const float* g = p.grad.data();
+          Kokkos::parallel_for(
+              "tessera::parallel::pipeline.accumulate",
+              Kokkos::RangePolicy<Exec>(exec, 0, index_t(a.extent(0))),
+              KOKKOS_LAMBDA(const index_t j) { a(j) += g[j]; });
+        });
+        exec.fence();
+        return d;
       });
-      exec.fence();
       if constexpr (!first) {
         In g = In::uninitialized("tessera::parallel::pipeline.dx", inputs.at(i).extents());
         detail::convert_into(g, dx);
@@ -422,6 +464,8 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
     Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k++]);
   });
   exec.fence();
+  if (stats)
+    *stats = {std::chrono::duration<double>(clock::now() - call_start).count(), busy, recomputed};
   return last ? float(loss_sum / M) : 0.f;
 }
 

@@ -1,0 +1,380 @@
+// Parallel plans measured: one table per mode, printed as markdown by rank 0.
+//
+//   OMP_NUM_THREADS=1 bench_parallel throughput                 # one process
+//   OMP_NUM_THREADS=1 mpiexec -n 2 bench_parallel throughput    # data=2
+//   OMP_NUM_THREADS=1 mpiexec -n 2 bench_parallel bubble        # pipeline=2
+//   OMP_NUM_THREADS=1 mpiexec -n 8 --oversubscribe bench_parallel volume
+//   benchmarks/parallel/run.sh build                            # all of them
+//
+// throughput  FashionCNN fp32 training (SGD momentum), global batch 64, images/s over the
+//             timed steps. On 2 ranks: plan<data<2>> with 64 KiB gradient buckets (all-reduces
+//             start during backward) and with one bucket (the all-reduce waits for the whole
+//             backward: no overlap), to make the overlap visible.
+// bubble      plan<pipeline<2>> on a uniform MLP (8 x Linear(512, 512) + ReLU, then
+//             Linear(512, 10)), global batch 256 in M = 1, 2, 4, 8 micro-batches, GPipe and
+//             1F1B: each stage's idle fraction (1 - compute time / step time) beside the
+//             theory (P - 1) / (M + P - 1).
+// volume      FashionCNN fp32, global batch 16, M = 2 (1F1B) with a pipeline: the bytes each
+//             axis's collectives and sends carry in one step, summed over the ranks, counted by
+//             counting_communicator, beside the analytic formula computed from the static
+//             shapes, the split roles, the stage cuts and the schedule table (see volume()).
+#include <tessera/nn.hpp>
+#include <tessera/parallel/counting.hpp>
+#include <tessera/parallel/mpi.hpp>
+#include <tessera/parallel/runner.hpp>
+#include <tessera/train/sgd.hpp>
+
+#include <boost/hana/for_each.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+namespace nn = tessera::nn;
+namespace tp = tessera::parallel;
+using tessera::dyn;
+using tessera::index_t;
+
+using FashionCNN =
+    nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}>, nn::ReLU,
+                   nn::MaxPool2d<2>, nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}>, nn::ReLU,
+                   nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128>, nn::ReLU,
+                   nn::Linear<128, 10>>;
+using L512 = nn::Linear<512, 512>;
+using UniformMLP =
+    nn::Sequential<L512, nn::ReLU, L512, nn::ReLU, L512, nn::ReLU, L512, nn::ReLU, L512, nn::ReLU,
+                   L512, nn::ReLU, L512, nn::ReLU, L512, nn::ReLU, nn::Linear<512, 10>>;
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+/// A synthetic batch for Model: inputs uniform in [-1, 1), labels in [0, 10).
+template <class Model>
+struct batch {
+  using first = std::remove_cvref_t<decltype(std::declval<Model&>().template layer<0>())>;
+  tessera::Tensor<tessera::fp32, typename first::input_extents> x;
+  Kokkos::View<int*> y;
+  explicit batch(index_t n, std::uint32_t seed) : x("x", n), y("y", std::size_t(n)) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (index_t i = 0; i < x.size(); ++i) x.data()[i] = u(g);
+    for (index_t i = 0; i < n; ++i) y(i) = int(g() % 10);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// throughput
+
+template <class Plan, class C>
+double images_per_second(C world, index_t global_batch, std::size_t bucket_bytes, int steps) {
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, C> mesh(world);
+  double rate = 0;
+  tp::with_plan_stage<Plan, FashionCNN>(mesh, 1, bucket_bytes, [&](auto& stage) {
+    nn::SoftmaxCrossEntropy loss;
+    tessera::train::sgd opt{.lr = 0.01f, .momentum = 0.9f};
+    batch<FashionCNN> b(global_batch / Plan::data_size, 7u + unsigned(mesh.at.data));
+    auto step = [&] {
+      stage.forward_backward(exec, b.x, b.y, loss);
+      opt.step(exec, stage.parameters());
+    };
+    for (int i = 0; i < 2; ++i) step(); // warm-up: buffers, workspaces, MPI connections
+    // The best of 3 windows (rank 0's clock; the windows start and end with a barrier): the
+    // machine may be shared, and a window another program slowed down measures that program.
+    for (int window = 0; window < 3; ++window) {
+      mesh.world.barrier();
+      const auto t0 = clock_type::now();
+      for (int i = 0; i < steps; ++i) step();
+      mesh.world.barrier();
+      rate = std::max(rate, double(global_batch) * steps / seconds_since(t0));
+    }
+  });
+  return rate;
+}
+
+int throughput(tp::mpi_communicator world) {
+  constexpr index_t global_batch = 64;
+  constexpr int steps = 12;
+  const int threads = Kokkos::DefaultExecutionSpace().concurrency();
+  auto row = [&](const char* plan, const char* buckets, double rate) {
+    if (world.rank() == 0)
+      std::printf("| %s | %d | %d | %s | %.0f |\n", plan, world.size(), threads, buckets, rate);
+  };
+  if (world.rank() == 0)
+    std::printf("| plan | processes | threads per process | gradient buckets | images/s |\n"
+                "|---|---|---|---|---|\n");
+  if (world.size() == 1) {
+    row("one process", "-", images_per_second<tp::plan<>>(world, global_batch, 1 << 16, steps));
+  } else if (world.size() == 2) {
+    row("data=2", "64 KiB (overlapped)",
+        images_per_second<tp::plan<tp::data<2>>>(world, global_batch, 1 << 16, steps));
+    row("data=2", "one (no overlap)",
+        images_per_second<tp::plan<tp::data<2>>>(world, global_batch, std::size_t(1) << 40, steps));
+  } else {
+    std::fprintf(stderr, "bench_parallel throughput: run on 1 or 2 processes\n");
+    return 2;
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// bubble
+
+template <class Kind, int M>
+void bubble_row(tp::mpi_communicator world, const char* kind) {
+  using Plan = tp::plan<tp::pipeline<2>>;
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  constexpr index_t global_batch = 256;
+  constexpr int steps = 9;
+  tp::with_plan_stage<Plan, UniformMLP, Kind, M>(mesh, 1, 1 << 20, [&](auto& stage) {
+    nn::SoftmaxCrossEntropy loss;
+    tessera::train::sgd opt{.lr = 0.001f};
+    batch<UniformMLP> b(global_batch, 11);
+    // Medians over the steps (robust to a step another program slowed down).
+    std::vector<double> idles, busys, walls;
+    int recomputed = 0;
+    for (int i = 0; i < steps + 1; ++i) {
+      mesh.world.barrier();
+      stage.forward_backward(exec, b.x, b.y, loss);
+      opt.step(exec, stage.parameters());
+      if (i == 0) continue; // warm-up
+      const tp::pipeline_stats& s = stage.last_pipeline_stats();
+      idles.push_back(s.idle_fraction());
+      busys.push_back(s.busy_seconds);
+      walls.push_back(s.wall_seconds);
+      recomputed = s.recomputed;
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double idle = median(idles), busy = median(busys), wall = median(walls);
+    double mine[4] = {idle, busy * 1e3, wall * 1e3, double(recomputed)}, all[8];
+    MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, world.native());
+    if (world.rank() == 0)
+      std::printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.1f / %.1f | %.1f / %.1f | %d / %d |\n",
+                  kind, M, Plan::bubble_fraction(M), 0.5 * (all[0] + all[4]), all[0], all[4],
+                  all[1], all[5], all[2], all[6], int(all[3]), int(all[7]));
+  });
+}
+
+int bubble(tp::mpi_communicator world) {
+  if (world.size() != 2) {
+    std::fprintf(stderr, "bench_parallel bubble: run on 2 processes\n");
+    return 2;
+  }
+  if (world.rank() == 0)
+    std::printf("| schedule | M | theory (P-1)/(M+P-1) | measured idle (mean) | stage 0 idle | "
+                "stage 1 idle | busy ms (s0 / s1) | step ms (s0 / s1) | recomputed forwards "
+                "(s0 / s1) |\n|---|---|---|---|---|---|---|---|---|\n");
+  bubble_row<tp::gpipe, 1>(world, "GPipe");
+  bubble_row<tp::gpipe, 2>(world, "GPipe");
+  bubble_row<tp::gpipe, 4>(world, "GPipe");
+  bubble_row<tp::gpipe, 8>(world, "GPipe");
+  bubble_row<tp::one_f_one_b, 2>(world, "1F1B");
+  bubble_row<tp::one_f_one_b, 4>(world, "1F1B");
+  bubble_row<tp::one_f_one_b, 8>(world, "1F1B");
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// volume
+
+/// Elements per sample of layer I's output in Model (static shapes).
+template <class Model, std::size_t I>
+constexpr index_t out_elements() {
+  using L = typename tp::model_traits<Model>::template layer<I>;
+  using E = typename L::template output_extents<typename tp::layer_input<Model, I>::type>;
+  index_t n = 1;
+  for (std::size_t d = 1; d < E::rank; ++d) n *= E::static_extent(d);
+  return n;
+}
+template <class Model, std::size_t I>
+constexpr index_t in_elements() {
+  using E = typename tp::layer_input<Model, I>::type;
+  index_t n = 1;
+  for (std::size_t d = 1; d < E::rank; ++d) n *= E::static_extent(d);
+  return n;
+}
+
+/// Forwards a stage recomputes in one step: backwards whose micro-batch is not the stage's
+/// latest forward (run_pipeline_stage's rule), from the schedule table.
+template <class Kind>
+int recomputes(int stages, int micro_batches, int s) {
+  std::vector<tp::step> table(std::size_t(2 * stages * micro_batches));
+  tp::fill_schedule(Kind{}, stages, micro_batches, table.data());
+  int latest = -1, n = 0;
+  for (int k = 0; k < 2 * micro_batches; ++k) {
+    const tp::step& t = table[std::size_t(s * 2 * micro_batches + k)];
+    if (t.kind == tp::pass::forward)
+      latest = t.micro_batch;
+    else if (t.micro_batch != latest)
+      ++n, latest = t.micro_batch;
+  }
+  return n;
+}
+
+struct axis_bytes {
+  double data = 0, tensor = 0, pipeline = 0;
+};
+
+/// The analytic bytes per step, summed over all ranks, of Plan training Model (fp32) on a
+/// global batch B in M micro-batches on schedule Kind; b = B / D samples per replica, mb = b / M
+/// per micro-batch, f_s = M + (forwards stage s recomputes, from the schedule table).
+///   data (D > 1):     every rank all-reduces the gradients of its shard of its stage, 4 bytes
+///                     each: D * 4 * sum over layers of (whole size for column-parallel layers,
+///                     T * size for replicated ones, weight + T * bias for row-parallel ones);
+///                     plus the 4-byte loss average on every rank.
+///   tensor (T > 1):   each of the T ranks of a row-parallel layer on stage s all-reduces its
+///                     fp32 output, mb * (output elements), f_s times; each of the T ranks of a
+///                     column-parallel layer all-reduces its input gradient, mb * (input
+///                     elements), M times, unless it is on the first stage with no parameters
+///                     before it. Times D replicas.
+///   pipeline (P > 1): at each cut, each of the D * T ranks on either side sends b * (cut
+///                     activation elements, divided by T when the cut lies inside a column/row
+///                     pair) * 4 bytes (activations forward, gradients backward); plus the
+///                     4-byte loss broadcast on every rank.
+template <class Plan, class Model, class Kind, int M>
+axis_bytes analytic(index_t B) {
+  constexpr int D = Plan::data_size, T = Plan::tensor_size, P = Plan::pipeline_size;
+  using bounds = tp::stage_bounds<Model, P, typename Plan::cuts>;
+  constexpr auto roles = tp::tensor_split_roles<Model>;
+  const double b = double(B) / D, mb = b / M, world = double(Plan::world_size);
+  axis_bytes v;
+  Model whole(0);
+  auto stage_of = [&](std::size_t i) {
+    int s = 0;
+    while (s + 1 < P && bounds::value[std::size_t(s) + 1] <= i) ++s;
+    return s;
+  };
+  bool params_before = false;
+  std::vector<index_t> out_of(tp::model_traits<Model>::size);
+  tp::for_each_layer(whole, [&](auto index, auto& layer) {
+    constexpr std::size_t I = decltype(index)::value;
+    constexpr tp::split_role role = T > 1 ? roles[I] : tp::split_role::replicate;
+    out_of[I] = out_elements<Model, I>();
+    const int s = stage_of(I);
+    index_t n = 0;
+    boost::hana::for_each(layer.parameters(), [&](const auto& p) { n += p.size(); });
+    double data_elements = double(T) * double(n); // over the T ranks of one replica
+    if constexpr (role == tp::split_role::column) {
+      data_elements = double(n);
+    } else if constexpr (role == tp::split_role::row) {
+      const double bias = double(layer.bias().size());
+      data_elements = double(n) - bias + T * bias;
+    }
+    if (D > 1) v.data += 4.0 * D * data_elements;
+    if constexpr (role == tp::split_role::row) {
+      const int forwards = M + recomputes<Kind>(P, M, s);
+      v.tensor += 4.0 * D * T * forwards * mb * double(out_elements<Model, I>());
+    } else if constexpr (role == tp::split_role::column) {
+      if (s > 0 || params_before)
+        v.tensor += 4.0 * D * T * M * mb * double(in_elements<Model, I>());
+    }
+    params_before = params_before || n > 0;
+  });
+  if (D > 1) v.data += 4.0 * world;
+  for (int s = 0; s + 1 < P; ++s) {
+    const std::size_t last_of_s = bounds::value[std::size_t(s) + 1] - 1;
+    bool inside_pair = false;
+    for (std::size_t i = 0; i <= last_of_s; ++i)
+      if (roles[i] != tp::split_role::replicate) inside_pair = roles[i] == tp::split_role::column;
+    const double act = double(out_of[last_of_s]) / (T > 1 && inside_pair ? T : 1);
+    v.pipeline += 2.0 * D * T * b * act * 4.0;
+  }
+  if (P > 1) v.pipeline += 4.0 * world;
+  return v;
+}
+
+template <class Plan, class Kind, int M>
+void volume_row(tp::mpi_communicator world) {
+  using C = tp::counting_communicator<tp::mpi_communicator>;
+  constexpr index_t B = 16;
+  const int N = Plan::world_size;
+  // The plan runs on the first N ranks; the others wait.
+  auto sub = world.split(world.rank() < N ? 0 : 1, world.rank());
+  double measured[3] = {0, 0, 0};
+  if (world.rank() < N) {
+    Kokkos::DefaultExecutionSpace exec;
+    tp::mesh<Plan, C> mesh{C(sub)};
+    tp::with_plan_stage<Plan, FashionCNN, Kind, M>(mesh, 1, 1 << 16, [&](auto& stage) {
+      nn::SoftmaxCrossEntropy loss;
+      batch<FashionCNN> bt(B / Plan::data_size, 3);
+      stage.forward_backward(exec, bt.x, bt.y, loss); // warm-up, not counted
+      mesh.data.reset_counts();
+      mesh.tensor.reset_counts();
+      mesh.pipeline.reset_counts();
+      stage.forward_backward(exec, bt.x, bt.y, loss);
+      measured[0] = double(mesh.data.counts().total());
+      measured[1] = double(mesh.tensor.counts().total());
+      measured[2] = double(mesh.pipeline.counts().total());
+    });
+  }
+  double sum[3] = {0, 0, 0};
+  MPI_Reduce(measured, sum, 3, MPI_DOUBLE, MPI_SUM, 0, world.native());
+  if (world.rank() == 0) {
+    const axis_bytes a = analytic<Plan, FashionCNN, Kind, M>(B);
+    auto cell = [](double got, double want) {
+      static char text[96];
+      std::snprintf(text, sizeof text, "%.0f / %.0f %s", got, want, got == want ? "(=)" : "(!)");
+      return std::string(text);
+    };
+    std::printf("| %s | %d | %s | %s | %s |\n", Plan::name().c_str(), M,
+                cell(sum[0], a.data).c_str(), cell(sum[1], a.tensor).c_str(),
+                cell(sum[2], a.pipeline).c_str());
+  }
+  world.barrier();
+}
+
+int volume(tp::mpi_communicator world) {
+  if (world.size() != 8) {
+    std::fprintf(stderr, "bench_parallel volume: run on 8 processes\n");
+    return 2;
+  }
+  if (world.rank() == 0)
+    std::printf("FashionCNN fp32, global batch 16, bytes per step summed over ranks, measured / "
+                "analytic\n\n| plan | micro-batches | data axis | tensor axis | pipeline axis "
+                "|\n|---|---|---|---|---|\n");
+  using K = tp::one_f_one_b;
+  volume_row<tp::plan<>, K, 1>(world);
+  volume_row<tp::plan<tp::data<2>>, K, 1>(world);
+  volume_row<tp::plan<tp::tensor<2>>, K, 1>(world);
+  volume_row<tp::plan<tp::pipeline<2>>, K, 2>(world);
+  volume_row<tp::plan<tp::data<2>, tp::tensor<2>>, K, 1>(world);
+  volume_row<tp::plan<tp::data<2>, tp::pipeline<2>>, K, 2>(world);
+  volume_row<tp::plan<tp::tensor<2>, tp::pipeline<2>>, K, 2>(world);
+  volume_row<tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>, K, 2>(world);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  tessera::parallel::mpi_environment mpi(argc, argv);
+  const std::string mode = argc > 1 ? argv[1] : "";
+  int rc = 2;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    auto world = tp::mpi_communicator::world();
+    if (mode == "throughput")
+      rc = throughput(world);
+    else if (mode == "bubble")
+      rc = bubble(world);
+    else if (mode == "volume")
+      rc = volume(world);
+    else if (world.rank() == 0)
+      std::fprintf(stderr, "usage: bench_parallel throughput|bubble|volume (see the source)\n");
+  }
+  return rc;
+}

@@ -1,0 +1,179 @@
+#pragma once
+/// \file parallel/runner.hpp
+/// One training step of any plan<data<D>, tensor<T>, pipeline<P>>: the part of a model this
+/// rank holds (its pipeline stage of the tensor-split model) with the data-parallel gradient
+/// buckets over its data group.
+///
+///   auto m = tessera::parallel::make_mesh_or_abort<Plan>(world);
+///   tessera::parallel::with_plan_stage<Plan, Model, one_f_one_b, /*micro-batches=*/2>(
+///       m, seed, /*bucket_bytes=*/1 << 20, [&](auto& stage) {
+///         for (...) {
+///           float l = stage.forward_backward(exec, x, labels, loss); // x, labels: my data share
+///           opt.step(exec, stage.parameters());
+///         }
+///         auto whole = stage.gather_parameters();  // by name, as the single-process model's
+///       });
+///
+/// The stage type depends on the rank's pipeline coordinate, a run-time value: with_plan_stage
+/// instantiates every stage and calls f with the one of this rank (f is a generic lambda).
+///
+/// Stage cuts are computed on the unsplit Model (parallel/pipeline.hpp: balanced FLOPs or
+/// cut_at), then applied to tensor_split_t<Model, T> (parallel/tensor_parallel.hpp), which has
+/// the same layers at the same indices. Each rank passes its data share of the global batch:
+/// x is read on the first stage, labels on the last (their size everywhere).
+
+#include <tessera/parallel/data_parallel.hpp>
+#include <tessera/parallel/mesh.hpp>
+#include <tessera/parallel/pipeline.hpp>
+#include <tessera/parallel/tensor_parallel.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace tessera::parallel {
+
+/// The loss and accuracy counts of an evaluation over the global batch.
+struct evaluation {
+  double loss_sum = 0; ///< sum over the samples of the loss
+  index_t correct = 0; ///< samples whose largest logit is the label
+  index_t count = 0;   ///< samples
+};
+
+/// Stage S of Plan for Model on communicator type C (see the file comment).
+template <Plan P, class Model, class Schedule, int MicroBatches, Communicator C, int S,
+          class Wire = float>
+class plan_stage {
+  static_assert(MicroBatches >= 1, "tessera::parallel::plan_stage: at least one micro-batch");
+
+public:
+  static constexpr int stage_index = S;
+  static constexpr int stages = P::pipeline_size;
+  static constexpr int micro_batches = MicroBatches;
+  static constexpr bool first = S == 0, last = S + 1 == stages;
+  using plan_type = P;
+  using split_model = tensor_split_t<Model, P::tensor_size>;
+  using bounds = stage_bounds<Model, P::pipeline_size, typename P::cuts>;
+  using stage_type = pipeline_stage<split_model, bounds::value[S], bounds::value[S + 1]>;
+  using memory_space = nn::detail::default_memory_space;
+  using buckets_type = gradient_buckets<C, memory_space, Wire>;
+
+  /// Layers initialised as Model(seed)'s, sliced for this rank's tensor coordinate.
+  plan_stage(parallel::mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes)
+      : mesh_(&m), group_(m.tensor), stage_(seed),
+        buckets_(m.data, stage_.parameters(), bucket_bytes) {
+    bind_tensor_group(stage_, group_);
+  }
+
+  stage_type& stage() noexcept { return stage_; }
+  /// The plan's mesh this stage runs on.
+  parallel::mesh<P, C>& mesh() noexcept { return *mesh_; }
+  buckets_type& buckets() noexcept { return buckets_; }
+  const tensor_group& tensor() const noexcept { return group_; }
+  /// Where this stage's time went in the last forward_backward on the pipeline path (more than
+  /// one stage or micro-batch; zeros otherwise).
+  const pipeline_stats& last_pipeline_stats() const noexcept { return stats_; }
+  /// This rank's parameters (shards), named as the single-process model's.
+  auto parameters() const { return stage_.parameters(); }
+
+  /// Forward and backward of this rank's share (B samples, B a multiple of MicroBatches) on the
+  /// schedule, gradients then averaged over the data group: afterwards every parameter's grad
+  /// is its part of the gradient of the mean loss over the global batch (times grad_scale).
+  /// Returns that mean loss, on every rank. Without a pipeline and with one micro-batch, the
+  /// gradient all-reduces overlap the backward (backward_overlapped).
+  template <class Exec, class X, class Labels, class Loss>
+  float forward_backward(const Exec& exec, const X& x, const Labels& labels, Loss& loss,
+                         float grad_scale = 1.f) {
+    float l = 0;
+    if constexpr (stages == 1 && MicroBatches == 1) {
+      const auto y = stage_.forward(exec, x);
+      const auto result = loss.forward_backward(exec, y, labels, grad_scale);
+      l = result.loss;
+      backward_overlapped(exec, stage_, result.dlogits, buckets_);
+    } else {
+      using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
+      l = run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(
+          exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
+    }
+    buckets_.finish(exec);
+    return global_mean(l);
+  }
+
+  /// Forward only (one micro-batch): the loss sum and correct predictions over the global batch,
+  /// on every rank.
+  template <class Exec, class X, class Labels, class Loss>
+  evaluation evaluate(const Exec& exec, const X& x, const Labels& labels, Loss& loss) {
+    using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
+    const index_t batch = index_t(labels.extent(0));
+    float stats[2] = {0, 0}; // loss sum, correct
+    auto finish = [&](const auto& out) {
+      if constexpr (last) {
+        stats[0] = loss.forward(exec, out, labels) * float(batch);
+        const index_t classes = out.extent(1);
+        for (index_t i = 0; i < batch; ++i) {
+          index_t best = 0;
+          for (index_t j = 1; j < classes; ++j)
+            if (to_float(out(i, j)) > to_float(out(i, best))) best = j;
+          stats[1] += best == index_t(labels(i)) ? 1.f : 0.f;
+        }
+      } else {
+        const auto copy = detail::copy_rows(exec, out, 0, batch);
+        mesh_->pipeline.send(copy.data(), copy.size(), S + 1, 0);
+      }
+    };
+    if constexpr (first) {
+      finish(stage_.forward(exec, x));
+    } else {
+      std::array<index_t, In::extents_type::rank> all{};
+      all[0] = batch;
+      for (std::size_t d = 1; d < In::extents_type::rank; ++d)
+        all[d] = In::extents_type::static_extent(d);
+      In in("tessera::parallel::plan_stage.evaluate", In::extents_type::from_all(all));
+      mesh_->pipeline.recv(in.data(), in.size(), S - 1, 0);
+      finish(stage_.forward(exec, in));
+    }
+    if constexpr (stages > 1) mesh_->pipeline.broadcast(stats, 2, stages - 1);
+    if constexpr (P::data_size > 1) mesh_->data.all_reduce_sum(stats, 2);
+    return {double(stats[0]), index_t(stats[1]), batch * P::data_size};
+  }
+
+  /// The whole values of this stage's parameters by name (gathered over the tensor group).
+  std::map<std::string, std::vector<float>> gather_parameters() {
+    return parallel::gather_parameters(stage_, group_);
+  }
+  /// Sets this stage's parameters from whole values by name (each rank takes its shard).
+  void scatter_parameters(const std::map<std::string, std::vector<float>>& whole) {
+    parallel::scatter_parameters(stage_, group_, whole);
+  }
+
+private:
+  float global_mean(float l) {
+    if constexpr (stages > 1) mesh_->pipeline.broadcast(&l, 1, stages - 1);
+    if constexpr (P::data_size > 1) {
+      mesh_->data.all_reduce_sum(&l, 1);
+      l /= float(P::data_size);
+    }
+    return l;
+  }
+
+  parallel::mesh<P, C>* mesh_;
+  tensor_group group_;
+  stage_type stage_;
+  buckets_type buckets_;
+  pipeline_stats stats_{};
+};
+
+/// Builds this rank's plan_stage of Model (seeded as Model(seed)) and calls f(stage).
+template <Plan P, class Model, class Schedule = one_f_one_b, int MicroBatches = 1,
+          class Wire = float, Communicator C, class F>
+void with_plan_stage(mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes, F&& f) {
+  with_stage<P::pipeline_size>(m.at.pipeline, [&](auto s) {
+    plan_stage<P, Model, Schedule, MicroBatches, C, decltype(s)::value, Wire> stage(m, seed,
+                                                                                    bucket_bytes);
+    f(stage);
+  });
+}
+
+} // namespace tessera::parallel

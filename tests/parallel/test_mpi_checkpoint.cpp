@@ -1,0 +1,144 @@
+// Checkpoints of a parallel run: FashionCNN (fp32, SGD with momentum) trained 2 steps under a
+// plan, saved (a shard per rank plus a manifest), then
+//  - restored into a fresh run of the same plan: the same bits, and the next step the same bits
+//    as the uninterrupted run's;
+//  - merged into one single-process checkpoint and loaded into the whole model: the same values
+//    as the gathered shards, the run state, and (momentum restored) the next step equal to the
+//    plan's next step within the fp32 tolerance of plan_check.hpp.
+// Run on 4 ranks (data 1, tensor 2, pipeline 2) and 8 ranks (2, 2, 2).
+#include "plan_check.hpp"
+
+#include <tessera/parallel/checkpoint.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace fs = std::filesystem;
+using namespace tessera_test;
+
+namespace {
+
+using Model = FashionCNN<tessera::fp32>;
+using Kind = tp::one_f_one_b;
+constexpr int M = 2;
+constexpr run_options opts{.global_batch = 8, .steps = 3};
+
+/// A directory every rank names alike, fresh for this run.
+fs::path scratch_dir(const char* tag) {
+  int pid = int(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return fs::temp_directory_path() /
+         ("tessera_plan_ckpt_" + std::string(tag) + "_" + std::to_string(pid));
+}
+
+template <class Stage, class Opt>
+void train_steps(Stage& stage, Opt& opt, int first_step, int steps) {
+  using Plan = typename Stage::plan_type;
+  Kokkos::DefaultExecutionSpace exec;
+  nn::SoftmaxCrossEntropy loss;
+  const int share = opts.global_batch / Plan::data_size;
+  const int first = stage.mesh().at.data * share;
+  for (int step = first_step; step < first_step + steps; ++step) {
+    auto x = make_input<Model>(share);
+    Kokkos::View<int*> labels("labels", share);
+    fill_batch(step, first, x, labels);
+    stage.forward_backward(exec, x, labels, loss);
+    opt.step(exec, stage.parameters());
+  }
+}
+
+template <class Plan>
+void check_checkpoint(const char* tag) {
+  auto world = tp::mpi_communicator::world();
+  if (world.size() != Plan::world_size) return;
+  const fs::path dir = scratch_dir(tag);
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  std::map<std::string, std::vector<float>> saved, after_three;
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, opts.seed, opts.bucket_bytes, [&](auto& stage) {
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    train_steps(stage, opt, 0, 2);
+    saved = stage.gather_parameters();
+    tp::save_plan_checkpoint(dir, stage, opt, scaler, {.step = 2, .epoch = 0, .data_seed = 9});
+    train_steps(stage, opt, 2, 1);
+    after_three = stage.gather_parameters();
+  });
+  // The same plan, restored from the checkpoint into a differently seeded run.
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, 12345, opts.bucket_bytes, [&](auto& stage) {
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run;
+    train_steps(stage, opt, 0, 1); // creates momentum buffers to be overwritten
+    tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
+    CHECK(run.step == 2);
+    CHECK(run.data_seed == 9);
+    CHECK(stage.gather_parameters() == saved);
+    train_steps(stage, opt, 2, 1);
+    CHECK(stage.gather_parameters() == after_three); // bit for bit
+  });
+  // Merged into the single-process model.
+  if (world.rank() == 0) tp::merge_plan_checkpoint(dir, dir / "whole.tsr");
+  world.barrier();
+  {
+    Kokkos::DefaultExecutionSpace exec;
+    Model model(99);
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run;
+    tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run);
+    CHECK(run.step == 2);
+    CHECK(opt.steps() == 2);
+    // This rank's stage's parameters (whole, gathered) are the merged model's, bit for bit.
+    const auto merged = values_by_name(model.parameters());
+    for (const auto& [name, v] : saved) CHECK(merged.at(name) == v);
+    nn::SoftmaxCrossEntropy loss;
+    auto x = make_input<Model>(opts.global_batch);
+    Kokkos::View<int*> labels("labels", opts.global_batch);
+    fill_batch(2, 0, x, labels);
+    auto y = model.forward(exec, x);
+    auto [l, dlogits] = loss.forward_backward(exec, y, labels);
+    (void)l;
+    model.backward(exec, dlogits);
+    opt.step(exec, model.parameters());
+    const auto next = values_by_name(model.parameters());
+    float diff = 0;
+    for (const auto& [name, v] : after_three)
+      for (std::size_t i = 0; i < v.size(); ++i)
+        diff = std::max(diff, std::fabs(v[i] - next.at(name)[i]));
+    INFO(Plan::name() << ": one step after the merged checkpoint, max |w - w_plan| = " << diff);
+    CHECK(diff <= fp32_tolerance);
+  }
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
+} // namespace
+
+TEST_CASE("plan checkpoints: save, restore, merge into one process", "[parallel]") {
+  check_checkpoint<tp::plan<tp::tensor<2>, tp::pipeline<2>>>("t2p2");
+  check_checkpoint<tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>>("d2t2p2");
+}
+
+TEST_CASE("plan checkpoints: a checkpoint of another plan is refused on every rank", "[parallel]") {
+  auto world = tp::mpi_communicator::world();
+  if (world.size() != 4) return;
+  const fs::path dir = scratch_dir("mismatch");
+  tp::mesh<tp::plan<tp::tensor<2>, tp::pipeline<2>>, tp::mpi_communicator> a(world);
+  tp::with_plan_stage<tp::plan<tp::tensor<2>, tp::pipeline<2>>, Model, Kind, M>(
+      a, 1, opts.bucket_bytes, [&](auto& stage) {
+        tessera::train::sgd opt{.lr = 0.05f};
+        tp::save_plan_checkpoint(dir, stage, opt, tessera::train::static_scaler{}, {});
+      });
+  tp::mesh<tp::plan<tp::data<2>, tp::tensor<2>>, tp::mpi_communicator> b(world);
+  tp::with_plan_stage<tp::plan<tp::data<2>, tp::tensor<2>>, Model, Kind, 1>(
+      b, 1, opts.bucket_bytes, [&](auto& stage) {
+        tessera::train::sgd opt{.lr = 0.05f};
+        tessera::train::static_scaler scaler;
+        tessera::train::run_state run;
+        CHECK_THROWS_WITH(tp::load_plan_checkpoint(dir, stage, opt, scaler, run),
+                          Catch::Contains("holds a run of plan(data=1, tensor=2, pipeline=2)"));
+      });
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
