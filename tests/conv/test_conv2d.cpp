@@ -53,6 +53,39 @@ void check_all_passes(const Exec& exec, const conv_shape& s, std::uint64_t seed,
 
 const std::size_t budgets[] = {conv2d_workspace<>::default_column_budget, 4096, 1};
 
+/// A random convolution with 16..64 channels per group, the shapes of the host implicit-GEMM
+/// path (detail::use_implicit: >= 16 output channels per group, reduction >= 64, not
+/// pointwise): several 224-pixel blocks, micro-panels across output rows, reductions over one
+/// or more 256-row slices, channel counts off the 32-channel panels, padding larger than the
+/// dilated kernel (a negative padding for backward-data's transposed convolution).
+conv_shape random_wide_shape(std::mt19937_64& rng) {
+  const auto in = [&](index_t lo, index_t hi) {
+    return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+  };
+  for (;;) {
+    conv_shape s;
+    s.N = in(1, 3);
+    s.prm.groups = in(1, 2);
+    s.C = s.prm.groups * in(8, 40);
+    s.K = s.prm.groups * in(16, 70);
+    s.H = in(1, 26), s.W = in(1, 26);
+    s.R = in(1, 5), s.S = in(1, 5);
+    s.prm.stride_h = in(1, 2), s.prm.stride_w = in(1, 2);
+    s.prm.dilation_h = in(1, 2), s.prm.dilation_w = in(1, 2);
+    s.prm.pad_top = in(0, 4), s.prm.pad_bottom = in(0, 4);
+    s.prm.pad_left = in(0, 4), s.prm.pad_right = in(0, 4);
+    if (in(0, 3) == 0) // stride 1 (backward-data's implicit path) more often
+      s.prm.stride_h = s.prm.stride_w = 1;
+    const index_t span_h =
+        s.H + s.prm.pad_top + s.prm.pad_bottom - s.prm.dilation_h * (s.R - 1) - 1;
+    const index_t span_w =
+        s.W + s.prm.pad_left + s.prm.pad_right - s.prm.dilation_w * (s.S - 1) - 1;
+    if (span_h < 0 || span_w < 0) continue;
+    if (s.N * s.K * s.P() * s.Q() * s.Cg() * s.R * s.S > 1000000) continue;
+    return s;
+  }
+}
+
 template <class PX, class PW, class PY, class Exec = Kokkos::DefaultExecutionSpace>
 void random_cases(std::uint64_t seed, int cases) {
   std::mt19937_64 rng(seed);
@@ -74,6 +107,21 @@ TEST_CASE("conv2d fp32 on Kokkos::Serial matches the reference", "[conv][fp32][s
   random_cases<fp32, fp32, fp32, Kokkos::Serial>(2, 30);
 }
 #endif
+
+TEST_CASE("conv2d fp32 with 16-64 channels per group (implicit GEMM on the host)",
+          "[conv][fp32][implicit]") {
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 32; ++i) {
+    const auto s = random_wide_shape(rng);
+    const std::uint64_t seed = 9000 + static_cast<std::uint64_t>(i);
+    check_all_passes<fp32, fp32, fp32>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
+    if (i % 4 == 0) // a low-precision output from fp32 operands
+      check_all_passes<fp32, fp32, bf16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[0]);
+#if defined(KOKKOS_ENABLE_SERIAL)
+    if (i % 4 == 1) check_all_passes<fp32, fp32, fp32>(Kokkos::Serial{}, s, seed, budgets[0]);
+#endif
+  }
+}
 
 TEST_CASE("conv2d bf16: all passes match the reference on random shapes", "[conv][bf16]") {
   random_cases<bf16, bf16, bf16>(3, 60);

@@ -189,6 +189,18 @@ TEST_CASE("conv2d_workspace is reused and bounds the column buffer", "[conv]") {
   };
   CHECK(capacity_for(64) == capacity_for(20));
   CHECK(capacity_for(2) < capacity_for(20));
+
+  // 32 channels (the host implicit-GEMM path for fp32): packed weights and per-thread blocks,
+  // whatever the batch size (once there are more 224-pixel blocks than threads: 4 per image).
+  auto w3 = random_tensor<fp32>(4, 32, 32, 3, 3);
+  const auto implicit_capacity = [&](index_t n) {
+    conv2d_workspace<> fresh;
+    tensor4<fp32> xs("xs", n, 32, 28, 28), ys("ys", n, 32, 28, 28);
+    conv2d_forward(exec, xs, w3, ys, pad1(), fresh);
+    conv2d_backward_data(exec, ys, w3, xs, pad1(), fresh);
+    return fresh.capacity();
+  };
+  CHECK(implicit_capacity(32) == implicit_capacity(64));
 }
 
 TEST_CASE("im2col and col2im match their definitions and are adjoint", "[conv]") {
@@ -455,6 +467,61 @@ TEST_CASE("conv2d_forward applies a fused epilogue after the bias, before roundi
   }
 }
 
+namespace {
+/// A default-constructible epilogue functor (unlike a lambda): conv2d_forward fuses it into the
+/// GEMM's store instead of a pass over y.
+struct leaky_relu {
+  float slope = 0.25f;
+  KOKKOS_INLINE_FUNCTION float operator()(float v) const { return v > 0.f ? v : slope * v; }
+};
+} // namespace
+
+TEST_CASE("conv2d_forward epilogues on every path (implicit GEMM, GEMM store, y pass)",
+          "[conv][epilogue]") {
+  // 3x3 with 16-48 channels: the host implicit-GEMM path; 1x1: the GEMM with the epilogue fused
+  // into its store (a functor) or a pass over y (a lambda); 7x7 with 2 channels: im2col + GEMM.
+  // Both epilogues are 1-Lipschitz: applied to the reference, they keep its bound.
+  const exec_t exec;
+  const auto relu = KOKKOS_LAMBDA(float v) {
+    return v > 0.f ? v : 0.f;
+  };
+  struct layer {
+    index_t N, C, H, W, K, R;
+    conv2d_params prm;
+  };
+  const conv2d_params p0{}, p3{.pad_top = 3, .pad_bottom = 2, .pad_left = 1, .pad_right = 3};
+  const layer layers[] = {{2, 16, 15, 17, 33, 3, pad1()},
+                          {3, 48, 9, 7, 16, 3, pad1()},
+                          {2, 24, 13, 11, 40, 1, p0},
+                          {2, 2, 12, 10, 6, 7, p3}};
+  int i = 0;
+  for (const auto& l : layers) {
+    const conv_shape s{
+        .N = l.N, .C = l.C, .H = l.H, .W = l.W, .K = l.K, .R = l.R, .S = l.R, .prm = l.prm};
+    INFO(describe(s));
+    auto x = random_tensor<fp32>(2100 + i, s.N, s.C, s.H, s.W);
+    auto w = random_tensor<fp32>(2200 + i, s.K, s.Cg(), s.R, s.S);
+    auto b = random_tensor<fp32>(2300 + i, s.K);
+    ++i;
+    const auto ref = reference_conv2d_forward(s, to_doubles(x), to_doubles(w), to_doubles(b));
+    auto want_relu = ref, want_leaky = ref;
+    for (double& v : want_relu.value) v = v > 0 ? v : 0;
+    for (double& v : want_leaky.value) v = v > 0 ? v : 0.25 * v;
+    conv2d_workspace<> ws;
+    const index_t L = s.Cg() * s.R * s.S + 2;
+    tensor4<fp32> y("y", s.N, s.K, s.P(), s.Q());
+    tensor4<bf16> yb("yb", s.N, s.K, s.P(), s.Q());
+    conv2d_forward(exec, x, w, b, y, s.prm, ws, relu);
+    require_within_bound("relu", y, want_relu, L);
+    conv2d_forward(exec, x, w, b, y, s.prm, ws, leaky_relu{});
+    require_within_bound("leaky relu", y, want_leaky, L);
+    conv2d_forward(exec, x, w, b, yb, s.prm, ws, leaky_relu{});
+    require_within_bound("leaky relu bf16", yb, want_leaky, L);
+    conv2d_forward(exec, x, w, b, yb, s.prm, ws, relu);
+    require_within_bound("relu bf16", yb, want_relu, L);
+  }
+}
+
 TEST_CASE("depthwise convolution with a kernel of more than 64 taps", "[conv]") {
   // Past detail::direct_max_taps the weight gradient takes its one-item-per-tap path.
   const exec_t exec;
@@ -484,8 +551,14 @@ TEST_CASE("conv2d with compile-time parameters equals the run-time form", "[conv
   const exec_t exec;
   // stride 2 x 1, padding 1 x 2, dilation 1 x 2, groups 3: every field differs from its default.
   using sp = conv2d_static_params<2, 1, 1, 2, 1, 2, 3>;
-  const conv2d_params rp{.stride_h = 2, .stride_w = 1, .pad_top = 1, .pad_bottom = 1,
-                         .pad_left = 2, .pad_right = 2, .dilation_h = 1, .dilation_w = 2,
+  const conv2d_params rp{.stride_h = 2,
+                         .stride_w = 1,
+                         .pad_top = 1,
+                         .pad_bottom = 1,
+                         .pad_left = 2,
+                         .pad_right = 2,
+                         .dilation_h = 1,
+                         .dilation_w = 2,
                          .groups = 3};
   STATIC_REQUIRE(sp::output_extent(9, 3, 0) == (9 + 2 - 2 - 1) / 2 + 1);
   STATIC_REQUIRE(sp::output_extent(8, 3, 1) == (8 + 4 - 4 - 1) / 1 + 1);

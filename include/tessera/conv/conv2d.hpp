@@ -29,8 +29,14 @@
 ///                    dbias[k] = sum over n, p, q of dy[n, k, p, q]
 /// A one-image tile of y or dy is a matrix inside the tensor (no copy); multi-image tiles are
 /// gathered / scattered. 1x1 convolutions with stride 1 and no padding use x (or write dx)
-/// directly as the column matrix. Convolutions with one input channel per group (depthwise:
-/// groups == C) use direct loops (conv/detail/direct.hpp) instead of one tiny GEMM per channel.
+/// directly as the column matrix. The forward bias and epilogue are fused into the GEMM's store
+/// when the epilogue is a default-constructible functor (a lambda gets a pass over y).
+/// On host spaces, with fp32 operands, forward and stride-1 backward-data convolutions of at
+/// least 16 output channels per group and a reduction of at least 64 (detail::use_implicit) skip
+/// the column matrix: an implicit GEMM gathers the GEMM's packed panels from the input directly
+/// (conv/detail/implicit.hpp), one parallel region per call.
+/// Convolutions with one input channel per group (depthwise: groups == C) use direct loops
+/// (conv/detail/direct.hpp) instead of one tiny GEMM per channel.
 ///
 /// Errors: ranks are checked at compile time; at run time mismatched channel counts, groups that
 /// do not divide C and K, invalid parameters, an empty output, and outputs (or bias) of the wrong
@@ -38,6 +44,7 @@
 /// and the parameters, before anything is written.
 
 #include <tessera/conv/detail/direct.hpp>
+#include <tessera/conv/detail/implicit.hpp>
 #include <tessera/conv/im2col.hpp>
 #include <tessera/conv/params.hpp>
 #include <tessera/conv/workspace.hpp>
@@ -210,6 +217,39 @@ TensorView<P, dextents<2>, layout_stride, M> matrix_view(storage_t<P>* data, ind
   return {data, dextents<2>(rows, cols), {ld, 1}};
 }
 
+/// The convolution's GEMM calls. On host spaces a product of at least 64^3 multiply-adds runs
+/// host_packed even when one extent is small: gemm_algo::automatic sends every product with an
+/// extent below 64 to the unpacked direct loops, which is right for small matrices but 20-40x
+/// slower for the convolutions' thin, long products (a reduction of C*R*S = 9 over 3920 pixels
+/// for a first layer with one input channel, or K/groups = 32 rows of dW over N*P*Q pixels).
+template <class Exec, class TA, class TB, class TC, class Opts>
+void conv_gemm(const Exec& exec, const TA& a, const TB& b, const TC& c, const Opts& opts) {
+  if constexpr (is_host_exec_v<Exec>) {
+    const double work = static_cast<double>(c.extent(0)) * static_cast<double>(c.extent(1)) *
+                        static_cast<double>(a.extent(1));
+    if (work >= static_cast<double>(direct_threshold) * direct_threshold * direct_threshold) {
+      gemm(gemm_algo::host_packed{}, exec, a, b, c, opts);
+      return;
+    }
+  }
+  gemm(exec, a, b, c, opts);
+}
+
+/// A GEMM epilogue op (gemm/epilogue.hpp) for output channel rows k0 + i of a convolution:
+/// epi(v + bias[k0 + i]), so the GEMM's single rounding to y's precision comes after both.
+template <bool HasBias, class BV, class Epi>
+struct conv_bias_op {
+  BV bias;
+  index_t k0 = 0;
+  Epi epi;
+  TESSERA_INLINE float operator()(float v, index_t i, index_t) const noexcept {
+    float b = 0.f;
+    if constexpr (HasBias) b = to_float(bias(k0 + i));
+    return epi(v + b);
+  }
+  void check(const char*, index_t, index_t) const {}
+};
+
 /// Output columns a GEMM call should have at least, when whole images are small: images are
 /// grouped into one call until a tile has 4096 columns (e.g. 20 images of 14 x 14). Each call
 /// costs a few parallel launches and barriers (10-50 us on a loaded 2-core host), which 4096
@@ -342,6 +382,97 @@ void check_workspace_space() {
                 "(conv2d_workspace<MemorySpace>).");
 }
 
+/// When the implicit-GEMM path (conv/detail/implicit.hpp) is taken, for a pass whose GEMM has
+/// `channels` output channels per group and a reduction of `reduction` = channels in * R * S:
+///  - at least 16 channels: its channel panels are 32 wide, fewer would leave most unused;
+///  - a reduction of at least 64: below that the transposed store of its pixel-major results
+///    to NCHW costs more than the GEMM (measured: C*R*S = 9 runs 1.5x faster as im2col + GEMM);
+///  - not 1x1 stride 1 unpadded: the GEMM then reads x itself (no im2col to save) and writes y
+///    rows directly, 2x faster than the transposed store (C = 64, K = 256, 56 x 56).
+inline constexpr index_t implicit_min_channels = 16;
+inline constexpr index_t implicit_min_reduction = 64;
+
+inline index_t crs_of(const conv2d_problem& pb, index_t channels_in) {
+  return channels_in * pb.R * pb.S;
+}
+inline bool use_implicit(const conv2d_problem& pb, index_t channels, index_t reduction) {
+  return channels >= implicit_min_channels && reduction >= implicit_min_reduction &&
+         !pb.pointwise();
+}
+
+#if !TESSERA_DEVICE_PASS
+/// The implicit-GEMM geometry of conv2d_forward.
+inline implicit_conv::geometry forward_geometry(const conv2d_problem& pb, float alpha) {
+  const conv2d_params& p = pb.prm;
+  return {.N = pb.N,
+          .G = pb.G,
+          .cin = pb.Cg,
+          .cout = pb.Kg,
+          .Hin = pb.H,
+          .Win = pb.W,
+          .Hout = pb.P,
+          .Wout = pb.Q,
+          .R = pb.R,
+          .S = pb.S,
+          .sh = p.stride_h,
+          .sw = p.stride_w,
+          .dh = p.dilation_h,
+          .dw = p.dilation_w,
+          .pt = p.pad_top,
+          .pl = p.pad_left,
+          .alpha = alpha};
+}
+
+/// The implicit-GEMM geometry of conv2d_backward_data with stride 1: dx is the convolution of
+/// dy (cin = K/groups channels per group) with the weights flipped in R and S and transposed per
+/// group, padding dilation*(R - 1) - pad (negative when pad is larger: a crop).
+inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, float alpha) {
+  const conv2d_params& p = pb.prm;
+  return {.N = pb.N,
+          .G = pb.G,
+          .cin = pb.Kg,
+          .cout = pb.Cg,
+          .Hin = pb.P,
+          .Win = pb.Q,
+          .Hout = pb.H,
+          .Wout = pb.W,
+          .R = pb.R,
+          .S = pb.S,
+          .sh = 1,
+          .sw = 1,
+          .dh = p.dilation_h,
+          .dw = p.dilation_w,
+          .pt = p.dilation_h * (pb.R - 1) - p.pad_top,
+          .pl = p.dilation_w * (pb.S - 1) - p.pad_left,
+          .alpha = alpha};
+}
+
+/// Runs an implicit convolution of `in` into `out` (both rank-4 NCHW views) with the weights
+/// w, wval(w data, group, kk, j) giving B(kk, j) of a group; store_value(k, v) turns the fp32
+/// value alpha * sum of output channel k into the stored one (bias, epilogue, rounding).
+template <class Exec, class IV, class WV, class OV, class M, class WVal, class StoreValue>
+void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& in, const WV& w,
+                  const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
+                  const StoreValue& store_value) {
+  namespace ic = implicit_conv;
+  const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g));
+  const auto [b_mem, s_mem] =
+      carve<2>(ws, {ic::packed_b_floats(g) * 4, parts * (ic::a_floats() + ic::c_floats(g)) * 4});
+  auto* packed = reinterpret_cast<float*>(b_mem);
+  const auto* wd = w.data();
+  ic::pack_weights(exec, g, packed,
+                   [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
+  exec.fence();
+  const index_t np = g.npad();
+  ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2), packed, out.data(),
+          out.stride(0), out.stride(1), reinterpret_cast<float*>(s_mem),
+          [&](const float* sums, index_t k, auto* dst, index_t count) {
+            for (index_t i = 0; i < count; ++i) dst[i] = store_value(k, g.alpha * sums[i * np]);
+          });
+  exec.fence();
+}
+#endif
+
 template <class Exec, class XV, class WV, class BV, class YV, class M, class Epi>
 void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& bias, const YV& y,
                          const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha,
@@ -359,14 +490,36 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
     exec.fence();
     return;
   }
+#if !TESSERA_DEVICE_PASS
+  if constexpr (implicit_capable_v<Exec, px, pw>) {
+    if (use_implicit(pb, Kg, crs_of(pb, Cg))) {
+      const index_t ws0 = w.stride(0), ws1 = w.stride(1), ws2 = w.stride(2), ws3 = w.stride(3);
+      run_implicit(
+          exec, forward_geometry(pb, alpha), x, w, y, ws,
+          [=](const auto* wd, index_t gi, index_t kk, index_t j) {
+            const index_t c = kk / (R * S), r = kk / S % R, s = kk % S;
+            return to_float(wd[(gi * Kg + j) * ws0 + c * ws1 + r * ws2 + s * ws3]);
+          },
+          [&](index_t k, float v) {
+            float b = 0.f;
+            if constexpr (has_bias) b = to_float(bias(k));
+            return from_float<py>(epi(v + b));
+          });
+      return;
+    }
+  }
+#endif
   const index_t crs = Cg * R * S;
   const std::size_t xe = sizeof(storage_t<px>);
   const auto plan = plan_tiles(pb, ws.column_budget(), crs * Q, xe);
   // Tiles of one image are matrices inside x and y; tiles of several images are gathered into
-  // columns (im2col, also for 1x1) and scattered back from an fp32 tile. A low-precision y with
-  // a bias or an epilogue goes through the fp32 tile too, so that it is rounded once.
+  // columns (im2col, also for 1x1) and scattered back from an fp32 tile. The bias and epilogue
+  // are fused into the GEMM's store (one rounding) when the epilogue can be an op of a
+  // tessera::epilogue (default-constructible and assignable: not a lambda); otherwise they are
+  // a pass over y, and a low-precision y goes through the fp32 tile so that it is rounded once.
+  constexpr bool fuse = std::is_default_constructible_v<Epi> && std::is_copy_assignable_v<Epi>;
   const bool col_needed = !(pb.pointwise() && plan.images == 1);
-  const bool direct_out = plan.images == 1 && !(post && !std::is_same_v<py, fp32>);
+  const bool direct_out = plan.images == 1 && (fuse || !post || std::is_same_v<py, fp32>);
   const index_t maxc = plan.max_cols(Q);
   const auto [col_mem, out_mem] =
       carve<2>(ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
@@ -388,10 +541,16 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
       if (direct_out) {
         const auto yt = matrix_view<py, M>(
             y.data() + t.n0 * y.stride(0) + g * Kg * y.stride(1) + t.p0 * Q, Kg, cols, y.stride(1));
-        gemm(exec, wg, b, yt, opts);
-        if constexpr (post) bias_epilogue<has_bias>(exec, yt, yt, bias, g * Kg, epi);
+        if constexpr (post && fuse) {
+          conv_gemm(exec, wg, b, yt,
+                    epilogue<conv_bias_op<has_bias, BV, Epi>>{
+                        .alpha = alpha, .beta = 0.f, .ops = {{bias, g * Kg, epi}}});
+        } else {
+          conv_gemm(exec, wg, b, yt, opts);
+          if constexpr (post) bias_epilogue<has_bias>(exec, yt, yt, bias, g * Kg, epi);
+        }
       } else {
-        gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
+        conv_gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
         scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias, epi);
       }
     }
@@ -413,6 +572,21 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
     exec.fence();
     return;
   }
+#if !TESSERA_DEVICE_PASS
+  if constexpr (implicit_capable_v<Exec, pdy, pw>) {
+    if (prm.stride_h == 1 && prm.stride_w == 1 && use_implicit(pb, Cg, crs_of(pb, Kg))) {
+      const index_t ws0 = w.stride(0), ws1 = w.stride(1), ws2 = w.stride(2), ws3 = w.stride(3);
+      run_implicit(
+          exec, backward_data_geometry(pb, alpha), dy, w, dx, ws,
+          [=](const auto* wd, index_t gi, index_t kk, index_t j) {
+            const index_t k = kk / (R * S), r = R - 1 - kk / S % R, s = S - 1 - kk % S;
+            return to_float(wd[(gi * Kg + k) * ws0 + j * ws1 + r * ws2 + s * ws3]);
+          },
+          [](index_t, float v) { return from_float<pdx>(v); });
+      return;
+    }
+  }
+#endif
   const index_t crs = Cg * R * S;
   const gemm_options opts{.alpha = alpha, .beta = 0.f};
   const auto wg_t = [&](index_t g) {
@@ -425,10 +599,10 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
   if (pb.pointwise()) { // dx[n, g] (Cg, H*W) = W_g^T dy[n, g]: no columns, one rounding
     for (index_t n = 0; n < N; ++n)
       for (index_t g = 0; g < G; ++g)
-        gemm(exec, wg_t(g), dy_view(conv_tile{n, 1, 0, P}, g),
-             matrix_view<pdx, M>(dx.data() + n * dx.stride(0) + g * Cg * dx.stride(1), Cg, H * W,
-                                 dx.stride(1)),
-             opts);
+        conv_gemm(exec, wg_t(g), dy_view(conv_tile{n, 1, 0, P}, g),
+                  matrix_view<pdx, M>(dx.data() + n * dx.stride(0) + g * Cg * dx.stride(1), Cg,
+                                      H * W, dx.stride(1)),
+                  opts);
     exec.fence();
     return;
   }
@@ -460,7 +634,7 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
       } else {
         gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
       }
-      gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
+      conv_gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
       col2im_tile(exec, dcol, t, Cg, R, S, Q, prm, target + g * Cg * tcs, tns, tcs, H, W, !single);
     }
     if constexpr (!dx_f32)
@@ -523,8 +697,8 @@ void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, c
         gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
       }
       const float beta = t.n0 == 0 && t.p0 == 0 ? 0.f : 1.f; // the first tile overwrites
-      gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
-           gemm_options{.alpha = alpha, .beta = beta});
+      conv_gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
+                gemm_options{.alpha = alpha, .beta = beta});
     }
   });
   if constexpr (!dw_f32)
