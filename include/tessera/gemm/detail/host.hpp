@@ -7,11 +7,18 @@
 ///   ic: MC rows of C       ->
 ///     pc: KC of K           -> pack A(ic, pc) into MR-row micro-panels
 ///       jr, ir: one MR x NR micro-tile: the micro-kernel runs over KC, accumulating in
-///               registers; between KC blocks the tile is kept in an fp32 workspace (MC x NC,
-///               thread-local), so that beta, the epilogue, the output scale and the cast are
-///               applied once, after the last KC block, whatever C's precision.
-/// Packing converts the operands to the compute format (fp32 for the FMA kernel, bf16 for the
-/// AMX kernel in gemm/detail/amx.hpp), so the micro-kernels never convert.
+///               registers; between KC blocks the sums are kept in C itself (fp32 C, unit
+///               stride along rows) or in an fp32 workspace (MC x NC, thread-local), so that
+///               the epilogue, the output scale and the cast are applied once, after the last
+///               KC block, whatever C's precision. Full tiles are added into C (or the
+///               workspace) by the micro-kernel; edge tiles are computed at their size into a
+///               tile buffer and stored from there.
+/// Packing converts the operands to the compute format, so the micro-kernels never convert:
+/// fp32 for the FMA kernel (below; fp32 B with contiguous rows and <= 1 MiB per thread is read
+/// in place instead), bf16 pairs along K for bf16/fp8 inputs: the AMX kernel
+/// (gemm/detail/amx.hpp) where AMX is usable, else the AVX512_BF16 kernel
+/// (gemm/detail/avx512bf16.hpp), else the FMA kernel. The data movement of packing is in
+/// gemm/detail/host_pack.hpp.
 ///
 /// Threads: C is cut into one part per thread of the execution space (along N, or along M
 /// when M is the larger extent); each thread packs what its part needs into its own
