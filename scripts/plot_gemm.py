@@ -77,7 +77,7 @@ def main():
         ax.set_title(f"GEMM, {t} thread{'s' if t > 1 else ''}")
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="lower right", handlelength=3.5)
     fig.suptitle("tessera::gemm beside OpenBLAS and oneDNN (bench_gemm, fastest batch of calls)", fontsize=10)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)

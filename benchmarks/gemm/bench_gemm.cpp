@@ -10,12 +10,15 @@
 // Timing: the machine is shared, so each benchmark keeps its FASTEST batch of calls, over all
 // batches of all repetitions (by default 3 repetitions in random order, --benchmark_repetitions=3
 // --benchmark_enable_random_interleaving=true, so that a busy moment does not hit one
-// implementation only). A call on 1 thread is timed in CPU time of the calling thread (every
-// implementation runs there: Serial, OpenBLAS and oneDNN with 1 thread), which other processes
-// taking the core do not inflate; on 2 threads in wall-clock time, which does count the time
-// another process holds either core, so 2-thread numbers on a busy machine are low (for
-// every implementation alike). Calls are timed in batches of >= 2 ms. Every implementation is
-// timed the same way, so the ratios compare like with like.
+// implementation only). Time is CPU time, which other processes taking a core do not inflate
+// (wall-clock time on this 2-core machine shared with builds made every call over ~5 ms on 2
+// threads look 2-4x slower, at random): on 1 thread, the calling thread's (every implementation
+// runs there: Serial, OpenBLAS and oneDNN with 1 thread); on 2 threads, the largest CPU time
+// of any thread of the OpenMP team, which tessera (Kokkos::OpenMP) and oneDNN share: a thread
+// that waits for the other at the end of a call spins and is charged, so imbalance counts.
+// OpenBLAS runs on its own pthreads: wall-clock time for it on 2 threads. Calls are timed in
+// batches of >= 2 ms. Every implementation is timed the same way, so the ratios compare like
+// with like.
 //
 // Peak: measured at start-up on one core, best of 200 short runs of 24 independent chains of
 // AVX-512 FMA (fp32: 2 FMA pipes x 16 lanes x 2 flop per cycle) and of VDPBF16PS (bf16: 32
@@ -45,9 +48,9 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#include <omp.h>
 #if defined(TESSERA_HAVE_DNNL)
 #include <dnnl.hpp>
-#include <omp.h>
 #endif
 #if defined(TESSERA_HAVE_OPENBLAS)
 #include <cblas.h>
@@ -165,14 +168,37 @@ void fill_random(void* p, index_t n, bool bf16, std::uint32_t seed) {
   }
 }
 
-/// Seconds of the calling thread's CPU time (1 thread) or of the wall clock (more).
-double now(int threads) {
-  if (threads == 1) {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+double thread_cpu() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/// How a batch of calls is timed (see the file comment).
+enum class clock_kind {
+  thread_cpu, ///< 1 thread: CPU time of the calling thread
+  team_cpu,   ///< OpenMP threads (tessera on Kokkos::OpenMP, oneDNN): the largest CPU time
+              ///< any thread of the team spent (working or spin-waiting for the others)
+  wall        ///< anything else (OpenBLAS's own pthreads)
+};
+
+/// A clock reading: one value per thread of the team (team_cpu), else one.
+std::vector<double> read_clock(clock_kind k, int threads) {
+  if (k == clock_kind::thread_cpu) return {thread_cpu()};
+  if (k == clock_kind::wall)
+    return {
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()};
+  std::vector<double> t(static_cast<std::size_t>(threads));
+#pragma omp parallel num_threads(threads)
+  t[static_cast<std::size_t>(omp_get_thread_num())] = thread_cpu();
+  return t;
+}
+
+/// Seconds between two readings: the largest per-thread difference.
+double elapsed(const std::vector<double>& t0, const std::vector<double>& t1) {
+  double d = 0;
+  for (std::size_t i = 0; i < t0.size(); ++i) d = std::max(d, t1[i] - t0[i]);
+  return d;
 }
 
 /// Runs fn in the benchmark loop (after a warm-up call) in batches of calls lasting >= 2 ms,
@@ -182,15 +208,18 @@ double now(int threads) {
 template <class F>
 void timed_loop(benchmark::State& st, const shape& s, int threads, const std::string& impl,
                 F&& fn) {
-  const double w0 = now(threads);
+  const clock_kind clk = threads == 1                                 ? clock_kind::thread_cpu
+                         : impl.find("openblas") == std::string::npos ? clock_kind::team_cpu
+                                                                      : clock_kind::wall;
+  const auto w0 = read_clock(clk, threads);
   fn(); // warm-up: packing buffers, page faults, oneDNN's JIT, AMX permission
-  const double once = std::max(now(threads) - w0, 1e-7);
+  const double once = std::max(elapsed(w0, read_clock(clk, threads)), 1e-7);
   const long calls = std::clamp(static_cast<long>(2e-3 / once) + 1, 1L, 10000L);
   double best = 1e30;
   for (auto _ : st) {
-    const double t0 = now(threads);
+    const auto t0 = read_clock(clk, threads);
     for (long i = 0; i < calls; ++i) fn();
-    best = std::min(best, (now(threads) - t0) / static_cast<double>(calls));
+    best = std::min(best, elapsed(t0, read_clock(clk, threads)) / static_cast<double>(calls));
   }
   st.counters["calls/batch"] = static_cast<double>(calls);
   const std::string k = key(s, threads, impl);

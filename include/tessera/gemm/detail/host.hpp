@@ -7,11 +7,18 @@
 ///   ic: MC rows of C       ->
 ///     pc: KC of K           -> pack A(ic, pc) into MR-row micro-panels
 ///       jr, ir: one MR x NR micro-tile: the micro-kernel runs over KC, accumulating in
-///               registers; between KC blocks the tile is kept in an fp32 workspace (MC x NC,
-///               thread-local), so that beta, the epilogue, the output scale and the cast are
-///               applied once, after the last KC block, whatever C's precision.
-/// Packing converts the operands to the compute format (fp32 for the FMA kernel, bf16 for the
-/// AMX kernel in gemm/detail/amx.hpp), so the micro-kernels never convert.
+///               registers; between KC blocks the sums are kept in C itself (fp32 C, unit
+///               stride along rows) or in an fp32 workspace (MC x NC, thread-local), so that
+///               the epilogue, the output scale and the cast are applied once, after the last
+///               KC block, whatever C's precision. Full tiles are added into C (or the
+///               workspace) by the micro-kernel; edge tiles are computed at their size into a
+///               tile buffer and stored from there.
+/// Packing converts the operands to the compute format, so the micro-kernels never convert:
+/// fp32 for the FMA kernel (below; fp32 B with contiguous rows and <= 1 MiB per thread is read
+/// in place instead), bf16 pairs along K for bf16/fp8 inputs: the AMX kernel
+/// (gemm/detail/amx.hpp) where AMX is usable, else the AVX512_BF16 kernel
+/// (gemm/detail/avx512bf16.hpp), else the FMA kernel. The data movement of packing is in
+/// gemm/detail/host_pack.hpp.
 ///
 /// Threads: C is cut into one part per thread of the execution space (along N, or along M
 /// when M is the larger extent); each thread packs what its part needs into its own
@@ -213,6 +220,11 @@ struct fma_kernel {
   static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = float;
   static constexpr index_t k_align = 1;
+  /// fp32 B with contiguous rows is read in place, unpacked, when the part of it a thread uses
+  /// is at most 1 MiB (k x n x 4 bytes): packing it cost 3 to 6% at 128^3 .. 512^3, and its
+  /// rows, a few KiB apart, stay in L2. Larger B (2048^3, or B re-read for many row blocks of
+  /// A) ran 2 to 8% slower unpacked: rows 8 or 16 KiB apart compete for a few cache sets.
+  static constexpr index_t in_place_b_bytes = index_t(1) << 20;
 
   /// A(i0 .. i0+mc, p0 .. p0+kc) into micro-panels [mc/MR][kc][MR], rows past mc zero.
   template <class VA>
@@ -318,10 +330,12 @@ struct fma_kernel {
   static void end() {}
 
   /// The R x (V vectors) products of a_panel and b_panel over kc, in registers: the first R rows
-  /// and V vectors of the packed micro-panels (row stride MR, column stride NR).
+  /// and V vectors of the micro-panels (A packed, row stride MR; B packed, ldb = NR, or B itself
+  /// read in place, ldb its row stride).
   template <index_t R, index_t V>
   [[gnu::always_inline]] static inline void product(index_t kc, const float* __restrict a,
-                                                    const float* __restrict b, vf (&c)[R][V]) {
+                                                    const float* __restrict b, index_t ldb,
+                                                    vf (&c)[R][V]) {
 #pragma GCC unroll 14
     for (index_t r = 0; r < R; ++r)
 #pragma GCC unroll 2
@@ -329,7 +343,7 @@ struct fma_kernel {
     for (index_t p = 0; p < kc; ++p) {
       vf bv[V];
 #pragma GCC unroll 2
-      for (index_t v = 0; v < V; ++v) bv[v] = vf::load_aligned(b + p * NR + v * L);
+      for (index_t v = 0; v < V; ++v) bv[v] = vf::load_unaligned(b + p * ldb + v * L);
 #pragma GCC unroll 14
       for (index_t r = 0; r < R; ++r) {
         const vf av(a[p * MR + r]);
@@ -342,9 +356,10 @@ struct fma_kernel {
   /// t (R x V vectors of a row-major MR x NR tile) = a_panel * b_panel over kc.
   template <index_t R, index_t V>
   [[gnu::noinline]] static void micro_rv(index_t kc, const float* __restrict a,
-                                         const float* __restrict b, float* __restrict t) {
+                                         const float* __restrict b, index_t ldb,
+                                         float* __restrict t) {
     vf c[R][V];
-    product<R, V>(kc, a, b, c);
+    product<R, V>(kc, a, b, ldb, c);
 #pragma GCC unroll 14
     for (index_t r = 0; r < R; ++r)
 #pragma GCC unroll 2
@@ -355,17 +370,17 @@ struct fma_kernel {
   /// (at least: edge tiles compute only the rows and vectors they need, rounded up to
   /// MR / 3, 2 MR / 3 or MR rows and to whole vectors).
   static void micro(index_t kc, const float* __restrict a, const float* __restrict b,
-                    float* __restrict t, index_t mr = MR, index_t nr = NR) {
+                    float* __restrict t, index_t mr = MR, index_t nr = NR, index_t ldb = NR) {
     constexpr index_t R1 = (MR + 2) / 3, R2 = (2 * MR + 2) / 3;
     if (nr > (NV - 1) * L) {
-      if (mr > R2) return micro_rv<MR, NV>(kc, a, b, t);
-      if (mr > R1) return micro_rv<R2, NV>(kc, a, b, t);
-      return micro_rv<R1, NV>(kc, a, b, t);
+      if (mr > R2) return micro_rv<MR, NV>(kc, a, b, ldb, t);
+      if (mr > R1) return micro_rv<R2, NV>(kc, a, b, ldb, t);
+      return micro_rv<R1, NV>(kc, a, b, ldb, t);
     }
     if constexpr (NV > 1) {
-      if (mr > R2) return micro_rv<MR, NV - 1>(kc, a, b, t);
-      if (mr > R1) return micro_rv<R2, NV - 1>(kc, a, b, t);
-      return micro_rv<R1, NV - 1>(kc, a, b, t);
+      if (mr > R2) return micro_rv<MR, NV - 1>(kc, a, b, ldb, t);
+      if (mr > R1) return micro_rv<R2, NV - 1>(kc, a, b, ldb, t);
+      return micro_rv<R1, NV - 1>(kc, a, b, ldb, t);
     }
   }
 
@@ -373,10 +388,10 @@ struct fma_kernel {
   /// with alpha = ab[0], beta = ab[1] (see update_tile).
   [[gnu::noinline]] static void micro_c(index_t kc, const float* __restrict a,
                                         const float* __restrict b, float* __restrict d, index_t ldd,
-                                        const float* ab) {
+                                        const float* ab, index_t ldb = NR) {
     prefetch_tile<MR, NR>(d, ldd);
     vf c[MR][NV];
-    product<MR, NV>(kc, a, b, c);
+    product<MR, NV>(kc, a, b, ldb, c);
     update_tile<MR, NV>(c, d, ldd, ab);
   }
 };
@@ -487,12 +502,35 @@ float run_part(const Prob& pr, const part& pt) {
       }
     return mx;
   }
+  // Kernels that can read B in place (Kern::in_place_b_bytes), when B needs no conversion.
+  constexpr bool reads_b = [] {
+    if constexpr (requires { Kern::in_place_b_bytes; })
+      return std::is_same_v<typename decltype(pr.b)::storage_type, T>;
+    else
+      return false;
+  }();
+  // (generic, so that kernels without micro_c, which never reach a call, compile)
+  const auto micro_c = [](index_t kcp, const auto* a, const T* b, [[maybe_unused]] index_t ldb,
+                          float* d, index_t ldd, const float* ab) {
+    if constexpr (reads_b)
+      Kern::micro_c(kcp, a, b, d, ldd, ab, ldb);
+    else
+      Kern::micro_c(kcp, a, b, d, ldd, ab);
+  };
   Kern::begin();
   for (index_t jc = 0; jc < pt.n; jc += nc_cap) {
     const index_t nc = std::min(nc_cap, pt.n - jc), ncp = round_up(nc, NR);
-    // The B block for all of K: KC slices one after another, slice pc at pb + pc * ncp.
-    for (index_t pc = 0; pc < k; pc += KC)
-      Kern::pack_b(pr.b, pc, std::min(KC, k - pc), pt.j0 + jc, nc, pb + pc * ncp);
+    // The B block for all of K: KC slices one after another, slice pc at pb + pc * ncp; or
+    // (in_place_b) only a last partial panel packed, the full ones read from B itself.
+    bool in_place = false;
+    if constexpr (reads_b)
+      in_place = pr.b.stride(1) == 1 && k * nc * index_t(sizeof(T)) <= Kern::in_place_b_bytes;
+    const index_t nfull = in_place ? nc / NR * NR : 0;
+    for (index_t pc = 0; nfull < nc && pc < k; pc += KC) {
+      const index_t kc = std::min(KC, k - pc);
+      Kern::pack_b(pr.b, pc, kc, pt.j0 + jc + nfull, nc - nfull,
+                   pb + pc * ncp + nfull * round_up(kc, Kern::k_align));
+    }
     for (index_t ic = 0; ic < pt.m; ic += mc_cap) {
       const index_t mc = std::min(mc_cap, pt.m - ic);
       for (index_t pc = 0; pc < k; pc += KC) {
@@ -501,7 +539,11 @@ float run_part(const Prob& pr, const part& pt) {
         Kern::pack_a(pr.a, pt.i0 + ic, mc, pc, kc, pa);
         const T* bslice = pb + pc * ncp;
         for (index_t jr = 0; jr < nc; jr += NR) {
-          const T* bp = bslice + jr * kcp;
+          const bool unpacked = jr < nfull;
+          const T* bp = unpacked ? reinterpret_cast<const T*>(pr.b.data()) + pc * pr.b.stride(0) +
+                                       pt.j0 + jc + jr
+                                 : bslice + jr * kcp;
+          const index_t ldb = unpacked ? pr.b.stride(0) : NR;
           for (index_t ir = 0; ir < mc; ir += MR) {
             const index_t mr = std::min(MR, mc - ir), nr = std::min(NR, nc - jr);
             float* w = ws ? ws + ir * ldw + jr : nullptr;
@@ -511,19 +553,21 @@ float run_part(const Prob& pr, const part& pt) {
               if (mr == MR && nr == NR) {
                 if (direct && (!last || no_ops)) {
                   const float ab[2] = {pr.alpha, first ? pr.beta : 1.f};
-                  Kern::micro_c(kcp, pa + ir * kcp, bp,
-                                cdata + (pt.i0 + ic + ir) * ldc + pt.j0 + jc + jr, ldc, ab);
+                  micro_c(kcp, pa + ir * kcp, bp, ldb,
+                          cdata + (pt.i0 + ic + ir) * ldc + pt.j0 + jc + jr, ldc, ab);
                   continue;
                 }
                 if (w && !last) {
                   const float ab[2] = {1.f, first ? 0.f : 1.f};
-                  Kern::micro_c(kcp, pa + ir * kcp, bp, w, ldw, ab);
+                  micro_c(kcp, pa + ir * kcp, bp, ldb, w, ldw, ab);
                   continue;
                 }
               }
             }
-            if constexpr (requires { Kern::micro(kcp, pa, bp, tile, mr, nr); })
-              Kern::micro(kcp, pa + ir * kcp, bp, tile, mr, nr); // edge tiles: what they need
+            if constexpr (reads_b)
+              Kern::micro(kcp, pa + ir * kcp, bp, tile, mr, nr, ldb); // edge tiles: their size
+            else if constexpr (requires { Kern::micro(kcp, pa, bp, tile, mr, nr); })
+              Kern::micro(kcp, pa + ir * kcp, bp, tile, mr, nr);
             else
               Kern::micro(kcp, pa + ir * kcp, bp, tile);
             const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, mr, nr, first,
