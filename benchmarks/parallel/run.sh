@@ -9,13 +9,13 @@ flags="--oversubscribe"
 [ "$(id -u)" = 0 ] && flags="$flags --allow-run-as-root"
 export OMP_PROC_BIND=false
 
-echo "## images/s, FashionCNN fp32, global batch 64"
+echo "## images/s, FashionCNN fp32, global batch 128"
 echo
 OMP_NUM_THREADS=1 "$bench" throughput
 OMP_NUM_THREADS=2 "$bench" throughput | tail -n 1
 OMP_NUM_THREADS=1 $mpiexec $flags -n 2 "$bench" throughput | tail -n 2
 echo
-echo "## pipeline=2 bubble, uniform MLP, global batch 256"
+echo "## pipeline=2 bubble, uniform MLP, global batch 512"
 echo
 OMP_NUM_THREADS=1 $mpiexec $flags -n 2 "$bench" bubble
 echo
