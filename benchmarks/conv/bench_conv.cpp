@@ -13,9 +13,11 @@
 // im2col / col2im per image and one cblas_sgemm per image and group (1x1 stride-1 convolutions
 // skip im2col, as Caffe does).
 //
-// After the Google Benchmark output, a markdown table gives GFLOP/s per implementation and the
-// ratios of tessera fp32 to the anchors, plus the share of tessera's fp32 time spent in
-// im2col (forward, backward-weight) or col2im (backward-data) rather than GEMM.
+// After the Google Benchmark output, a markdown table gives GFLOP/s (from the median time per
+// call) per implementation and the ratios of tessera fp32 to the anchors, plus the path tessera
+// fp32 takes: implicit GEMM, a GEMM straight on x / dy (1x1), direct loops (depthwise), or
+// im2col / col2im + GEMM, with the time of the im2col (forward, backward-weight) or col2im
+// (backward-data) tiles alone and their share of the pass.
 //
 // Runtime: each benchmark runs for >= 0.1 s (--benchmark_min_time overrides it). Filter, e.g.
 //   bench_conv --benchmark_filter='fmnist'     (the two small layers only)
@@ -84,23 +86,28 @@ const char* pass_name(pass p) {
 // counters and the closing table. Benchmarks of one layer, pass and thread count are registered
 // anchors first, so tessera's ratios use anchors measured moments earlier.
 std::map<std::string, double> seconds_per_call;
-std::map<std::string, double> im2col_seconds; // tessera fp32's im2col / col2im part alone
+std::map<std::string, double> im2col_seconds;  // tessera fp32's im2col / col2im part alone
+std::map<std::string, std::string> fp32_paths; // tessera fp32's path (see fp32_path)
 
 std::string key(const layer& l, pass p, int threads, const std::string& impl) {
   return std::string(l.name) + "/" + pass_name(p) + "/" + std::to_string(threads) + "/" + impl;
 }
 
-/// Times fn in the benchmark loop; records seconds per call and a GFLOP/s counter.
+/// Times fn in the benchmark loop; records the median seconds per call and a GFLOP/s counter.
+/// The median, not the mean: on a host shared with other jobs a few calls are preempted and take
+/// several times longer, which would make the ratios depend on when the other jobs ran.
 template <class F>
 void timed_loop(benchmark::State& st, const layer& l, const std::string& k, F&& fn) {
   fn(); // warm-up: workspaces, page faults, oneDNN's JIT
-  double total = 0;
+  std::vector<double> calls;
   for (auto _ : st) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  const double s = total / static_cast<double>(st.iterations());
+  std::sort(calls.begin(), calls.end());
+  const std::size_t n = calls.size();
+  const double s = n == 0 ? 0.0 : n % 2 ? calls[n / 2] : 0.5 * (calls[n / 2 - 1] + calls[n / 2]);
   seconds_per_call[k] = s;
   st.counters["GFLOP/s"] = l.flops() / s * 1e-9;
 }
@@ -129,6 +136,20 @@ struct cfg_fp8 {
 
 template <class P, class Space>
 using t4 = tessera::Tensor<P, tessera::dextents<4>, tessera::layout_right, Space>;
+
+/// The path tessera fp32 takes on the host for a pass (the dispatch of conv/conv2d.hpp).
+std::string fp32_path(const tessera::detail::conv2d_problem& pb, pass p) {
+  namespace td = tessera::detail;
+  if (pb.one_channel_per_group()) return "direct";
+  const index_t crs = pb.Cg * pb.R * pb.S, krs = pb.Kg * pb.R * pb.S;
+  const bool stride1 = pb.prm.stride_h == 1 && pb.prm.stride_w == 1;
+  if (p == pass::forward && td::use_implicit(pb, pb.Kg, crs)) return "implicit";
+  if (p == pass::backward_data && stride1 && td::use_implicit(pb, pb.Cg, krs)) return "implicit";
+  if (p == pass::backward_weight && pb.Kg >= td::implicit_min_channels && pb.N > 0)
+    return "implicit";
+  if (pb.pointwise()) return "gemm";
+  return p == pass::backward_data ? "col2im" : "im2col";
+}
 
 /// Runs only the im2col (or col2im) part of a tessera fp32 pass, with the same tiling, and
 /// returns its seconds per call (the best of 3).
@@ -190,9 +211,13 @@ void bm_tessera(benchmark::State& st, layer l, pass p, int threads) {
   if constexpr (std::is_same_v<Cfg, cfg_fp32>) {
     const auto pb = tessera::detail::check_conv2d("bench_conv", "x", x.view(), "w", w.view(), "y",
                                                   y.view(), prm);
-    const double re = rearrangement_seconds(exec, pb, p, x);
-    im2col_seconds[key(l, p, threads, "")] = re;
-    st.counters["im2col_share"] = re / seconds_per_call[k];
+    const std::string path = fp32_path(pb, p);
+    fp32_paths[key(l, p, threads, "")] = path;
+    if (path == "im2col" || path == "col2im") {
+      const double re = rearrangement_seconds(exec, pb, p, x);
+      im2col_seconds[key(l, p, threads, "")] = re;
+      st.counters["im2col_share"] = re / seconds_per_call[k];
+    }
   }
 }
 
@@ -386,24 +411,30 @@ void print_table() {
     return buf;
   };
   std::printf("\n| layer | pass | thr | tessera fp32 | bf16 | fp8 | oneDNN fp32 | oneDNN bf16 | "
-              "OpenBLAS | fp32/oneDNN | fp32/OpenBLAS | bf16/fp32 | im2col ms (share) |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "OpenBLAS | fp32/oneDNN | fp32/OpenBLAS | bf16/fp32 | fp32 path (im2col ms, share) "
+              "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& l : layers)
     for (pass p : {pass::forward, pass::backward_data, pass::backward_weight})
       for (int t : {1, 2}) {
         const auto k = [&](const char* impl) { return key(l, p, t, impl); };
         if (seconds_per_call.count(k("tessera_fp32")) == 0) continue;
+        const auto path = fp32_paths.find(key(l, p, t, ""));
+        std::string how = path == fp32_paths.end() ? "-" : path->second;
         const auto re = im2col_seconds.find(key(l, p, t, ""));
-        const double re_s = re == im2col_seconds.end() ? 0.0 : re->second;
-        std::printf(
-            "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f (%.0f%%) |\n",
-            l.name, pass_name(p), t, gf(l, k("tessera_fp32")).c_str(),
-            gf(l, k("tessera_bf16")).c_str(), gf(l, k("tessera_fp8")).c_str(),
-            gf(l, k("onednn_fp32")).c_str(), gf(l, k("onednn_bf16")).c_str(),
-            gf(l, k("openblas_fp32")).c_str(), ratio(k("tessera_fp32"), k("onednn_fp32")).c_str(),
-            ratio(k("tessera_fp32"), k("openblas_fp32")).c_str(),
-            ratio(k("tessera_bf16"), k("tessera_fp32")).c_str(), re_s * 1e3,
-            100 * re_s / seconds_per_call[k("tessera_fp32")]);
+        if (re != im2col_seconds.end()) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " %.1f (%.0f%%)", re->second * 1e3,
+                        100 * re->second / seconds_per_call[k("tessera_fp32")]);
+          how += buf;
+        }
+        std::printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.name,
+                    pass_name(p), t, gf(l, k("tessera_fp32")).c_str(),
+                    gf(l, k("tessera_bf16")).c_str(), gf(l, k("tessera_fp8")).c_str(),
+                    gf(l, k("onednn_fp32")).c_str(), gf(l, k("onednn_bf16")).c_str(),
+                    gf(l, k("openblas_fp32")).c_str(),
+                    ratio(k("tessera_fp32"), k("onednn_fp32")).c_str(),
+                    ratio(k("tessera_fp32"), k("openblas_fp32")).c_str(),
+                    ratio(k("tessera_bf16"), k("tessera_fp32")).c_str(), how.c_str());
       }
   std::printf("(GFLOP/s = 2 N K P Q C/groups R S / time; ratios > 1 mean tessera fp32 (or bf16) "
               "is faster)\n");

@@ -32,9 +32,10 @@
 /// directly as the column matrix. The forward bias and epilogue are fused into the GEMM's store
 /// when the epilogue is a default-constructible functor (a lambda gets a pass over y).
 /// On host spaces, with fp32 operands, forward and stride-1 backward-data convolutions of at
-/// least 16 output channels per group and a reduction of at least 64 (detail::use_implicit) skip
-/// the column matrix: an implicit GEMM gathers the GEMM's packed panels from the input directly
-/// (conv/detail/implicit.hpp), one parallel region per call.
+/// least 16 output channels per group and a reduction of at least 64 (detail::use_implicit), and
+/// backward-weight with at least 16 output channels per group, skip the column matrix: an
+/// implicit GEMM gathers the GEMM's packed panels from x / dy directly (conv/detail/implicit.hpp),
+/// one parallel region per call (plus one to pack the weights, or to add the threads' dW sums).
 /// Convolutions with one input channel per group (depthwise: groups == C) use direct loops
 /// (conv/detail/direct.hpp) instead of one tiny GEMM per channel.
 ///
@@ -493,12 +494,12 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
 #if !TESSERA_DEVICE_PASS
   if constexpr (implicit_capable_v<Exec, px, pw>) {
     if (use_implicit(pb, Kg, crs_of(pb, Cg))) {
-      const index_t ws0 = w.stride(0), ws1 = w.stride(1), ws2 = w.stride(2), ws3 = w.stride(3);
+      // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
+      const index_t ws0 = w.stride(0);
       run_implicit(
           exec, forward_geometry(pb, alpha), x, w, y, ws,
           [=](const auto* wd, index_t gi, index_t kk, index_t j) {
-            const index_t c = kk / (R * S), r = kk / S % R, s = kk % S;
-            return to_float(wd[(gi * Kg + j) * ws0 + c * ws1 + r * ws2 + s * ws3]);
+            return to_float(wd[(gi * Kg + j) * ws0 + kk]);
           },
           [&](index_t k, float v) {
             float b = 0.f;
@@ -575,12 +576,14 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
 #if !TESSERA_DEVICE_PASS
   if constexpr (implicit_capable_v<Exec, pdy, pw>) {
     if (prm.stride_h == 1 && prm.stride_w == 1 && use_implicit(pb, Cg, crs_of(pb, Kg))) {
-      const index_t ws0 = w.stride(0), ws1 = w.stride(1), ws2 = w.stride(2), ws3 = w.stride(3);
+      // Tap kk = (k, r, s) reads w[k, j, R-1-r, S-1-s]: offset (R*S - 1 - (r*S + s)) in the
+      // row-major (R, S) plane of input channel j, planes R*S apart.
+      const index_t ws0 = w.stride(0), RS = R * S;
       run_implicit(
           exec, backward_data_geometry(pb, alpha), dy, w, dx, ws,
           [=](const auto* wd, index_t gi, index_t kk, index_t j) {
-            const index_t k = kk / (R * S), r = R - 1 - kk / S % R, s = S - 1 - kk % S;
-            return to_float(wd[(gi * Kg + k) * ws0 + j * ws1 + r * ws2 + s * ws3]);
+            const index_t k = kk / RS, t = kk - k * RS;
+            return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);
           },
           [](index_t, float v) { return from_float<pdx>(v); });
       return;
@@ -658,6 +661,26 @@ void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, c
     exec.fence();
     return;
   }
+#if !TESSERA_DEVICE_PASS
+  if constexpr (implicit_capable_v<Exec, px, pdy>) {
+    if (N > 0 && Kg >= implicit_min_channels) {
+      namespace ic = implicit_conv;
+      const auto g = forward_geometry(pb, alpha);
+      const auto floats =
+          static_cast<std::size_t>(ic::weight_parts(exec, g)) * ic::weight_scratch_floats(g);
+      auto* scratch = reinterpret_cast<float*>(ws.reserve(floats * sizeof(float)));
+      // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
+      const index_t ws0 = dw.stride(0);
+      auto* dwd = dw.data();
+      ic::run_weight(exec, g, x.data(), x.stride(0), x.stride(1), x.stride(2), dy.data(),
+                     dy.stride(0), dy.stride(1), scratch, [=](index_t k, index_t kk, float v) {
+                       dwd[k * ws0 + kk] = from_float<pdw>(v);
+                     });
+      exec.fence();
+      return;
+    }
+  }
+#endif
   const index_t crs = Cg * R * S;
   constexpr bool dw_f32 = std::is_same_v<pdw, fp32>;
   const std::size_t xe = sizeof(storage_t<px>);

@@ -16,10 +16,12 @@
 ///  - multi-image tiles also gather dy / scatter y through a (Kg, t) tile (<= CRS * t * e for
 ///    usual layers); low-precision outputs accumulate in fp32 first: one tile's images
 ///    (C*H*W floats each) for backward-data, K*CRS floats for backward-weight.
-/// The host implicit-GEMM path (fp32 forward and stride-1 backward-data, see conv/conv2d.hpp)
-/// needs no columns: the packed weights (K/groups rounded up to 32, times CRS floats per group)
-/// and, per thread, a packed input block (224 x 256 floats, 224 KiB) and a block of sums (224
-/// pixels x K/groups rounded up to 32 floats).
+/// The host implicit-GEMM paths (fp32, see conv/conv2d.hpp) need no columns. Forward and
+/// stride-1 backward-data: the packed weights (K/groups rounded up to 32, times CRS floats per
+/// group) and, per thread, a packed input block (224 x 256 floats, 224 KiB) and a block of sums
+/// (224 pixels x K/groups rounded up to 32 floats). Backward-weight, per thread: the packed
+/// blocks (about 250 KiB + 1 KiB per output channel of a group) and the thread's dW sums (CRS
+/// rounded up to 14, times K/groups rounded up to 32 floats, per group).
 /// The total is independent of the batch size: never N*CRS*P*Q.
 
 #include <tessera/tensor/extents.hpp>

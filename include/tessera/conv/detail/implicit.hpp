@@ -230,6 +230,213 @@ void run(const Exec& exec, const geometry& g, const T* in, index_t in_ns, index_
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Backward-weight
+// ---------------------------------------------------------------------------------------------
+//
+// dW_g (cout x kred, i.e. K/groups x C/groups*R*S) = sum over pixels of dy_g x A^T, where A is
+// the forward pass's gathered input (pixels x kred). Here the reduction runs over pixels, which
+// are contiguous in both x and dy, and the GEMM's panels need it as their outer index: both
+// operands are transposed while packing, 16 x 16 floats at a time in registers (AVX-512). The
+// GEMM's rows are the taps kk (micro-panels of MR = 14 taps, gathered row by row into a small
+// dense block, then transposed), its columns the output channels (panels of NR = 32 dy rows,
+// transposed straight from dy), its reduction the KP <= KC pixels of a work unit (image, group,
+// pixel block). Each thread sums its units into its own fp32 dW^T (kred rounded up to MR, times
+// cout rounded up to NR, per group); the threads' sums are added in thread order at the end,
+// times alpha, into dw: deterministic for a thread count.
+
+/// Transposes 16 rows of n floats (row i at rows[i]; nullptr: zeros) into n rows of 16 at dst,
+/// row j at dst + j*dld (dld >= 16, or smaller when the rows are written in order and the
+/// caller has 16 floats of slack past row n - 1: each row is stored as 16 floats).
+inline void transpose16(const float* const* rows, index_t n, float* dst, index_t dld) {
+  index_t j = 0;
+#if defined(__AVX512F__)
+  for (; j + 16 <= n; j += 16) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i)
+      r[i] = rows[i] ? _mm512_loadu_ps(rows[i] + j) : _mm512_setzero_ps();
+    for (int i = 0; i < 8; ++i) { // 2 x 2 blocks of single floats
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) { // 4 x 4 blocks (pairs of floats)
+      const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+      const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+      r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 2; ++i) // 128-bit lanes, then 256-bit halves
+      for (int k = 0; k < 4; ++k) {
+        t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+        t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+      }
+    for (int k = 0; k < 8; ++k) {
+      r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+      r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+    }
+    for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + (j + k) * dld, r[k]);
+  }
+#endif
+  for (; j < n; ++j)
+    for (index_t i = 0; i < 16; ++i) dst[j * dld + i] = rows[i] ? rows[i][j] : 0.f;
+}
+
+/// Pixel blocks of the backward-weight units: `blocks` per image of `kp` pixels (the last one
+/// shorter), kp a multiple of 16 and at most KC, the blocks of an image as even as possible.
+struct weight_blocks {
+  index_t kp = 0, blocks = 0;
+};
+inline weight_blocks weight_blocking(const geometry& g) {
+  const index_t pq = std::max<index_t>(g.pixels(), 1), blocks = (pq + KC - 1) / KC;
+  const index_t kp = ((pq + blocks - 1) / blocks + 15) / 16 * 16;
+  return {kp, (pq + kp - 1) / kp};
+}
+/// Rows of a group's dW^T sums: kred rounded up to MR.
+inline index_t weight_rows(const geometry& g) {
+  return (g.kred() + MR - 1) / MR * MR;
+}
+/// Floats of one thread's backward-weight scratch: A block (MC taps x KC pixels, + slack), B
+/// (KC pixels x npad channels), the 16-row gather block, the dW^T sums of every group.
+inline std::size_t weight_scratch_floats(const geometry& g) {
+  return static_cast<std::size_t>(MC * KC + 16 * 16 + KC * g.npad() + 16 * (KC + 16) +
+                                  g.G * weight_rows(g) * g.npad());
+}
+template <class Exec>
+int weight_parts(const Exec& exec, const geometry& g) {
+  const index_t units = g.N * g.G * weight_blocking(g).blocks;
+  return static_cast<int>(std::max<index_t>(1, std::min<index_t>(exec.concurrency(), units)));
+}
+
+/// Gathers the inputs of tap kk (channel c, kernel row r, column s) for pixels [m0, m0 + kp)
+/// of one image and group into d[0 .. kp) (0 in the padding).
+inline void gather_tap(const geometry& g, const float* in, index_t cs, index_t hs, index_t c,
+                       index_t r, index_t s, index_t m0, index_t kp, float* d) {
+  const float* plane = in + c * cs;
+  const index_t woff = s * g.dw - g.pl;
+  index_t lo, hi; // output columns whose input column is inside the image
+  valid_output_range(g.Win, g.Wout, g.sw, woff, lo, hi);
+  for (index_t m = m0; m < m0 + kp;) {
+    const index_t p = m / g.Wout, q0 = m % g.Wout, q1 = std::min(g.Wout, q0 + m0 + kp - m);
+    float* out = d + (m - m0) - q0; // output column q at out[q]
+    const index_t h = p * g.sh - g.pt + r * g.dh;
+    if (h < 0 || h >= g.Hin) {
+      for (index_t q = q0; q < q1; ++q) out[q] = 0.f;
+    } else {
+      const float* row = plane + h * hs + woff;
+      const index_t a = std::clamp(lo, q0, q1), b = std::clamp(hi, a, q1);
+      for (index_t q = q0; q < a; ++q) out[q] = 0.f;
+      if (g.sw == 1) {
+        for (index_t q = a; q < b; ++q) out[q] = row[q];
+      } else {
+        for (index_t q = a; q < b; ++q) out[q] = row[q * g.sw];
+      }
+      for (index_t q = b; q < q1; ++q) out[q] = 0.f;
+    }
+    m += q1 - q0;
+  }
+}
+
+/// Runs backward-weight: x (in), dy (out-side operand, cout channels per group, pixels
+/// contiguous per channel: image stride dy_ns, channel stride dy_cs) into the dW^T sums, then
+/// store(k, kk, v) for every output channel k (of all G*cout) and tap kk with v = alpha * sum.
+/// scratch: weight_parts(exec, g) * weight_scratch_floats(g) floats, 64-byte aligned.
+template <class Exec, class Store>
+void run_weight(const Exec& exec, const geometry& g, const float* in, index_t in_ns, index_t in_cs,
+                index_t in_hs, const float* dy, index_t dy_ns, index_t dy_cs, float* scratch,
+                const Store& store) {
+  const int parts = weight_parts(exec, g);
+  const auto [kp, blocks] = weight_blocking(g);
+  const index_t kred = g.kred(), np = g.npad(), rows = weight_rows(g), RS = g.R * g.S;
+  const index_t units = g.N * g.G * blocks, ldt = KC + 16;
+  const std::size_t per_part = weight_scratch_floats(g);
+  const auto body = [&](const int part) {
+    float* pa = scratch + static_cast<std::size_t>(part) * per_part; // MC x KC, + 16 x 16 slack
+    float* pb = pa + MC * KC + 16 * 16;                              // KC x np
+    float* tmp = pb + KC * np;                                       // 16 x ldt
+    float* sums = tmp + 16 * ldt;                                    // G x rows x np
+    std::memset(sums, 0, sizeof(float) * static_cast<std::size_t>(g.G * rows * np));
+    alignas(64) float t[MR * NR];
+    const float* trows[16];
+    const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    for (index_t u = u0; u < u1; ++u) {
+      const index_t n = u / (g.G * blocks), gi = u / blocks % g.G, m0 = u % blocks * kp;
+      const index_t kc = std::min(kp, g.pixels() - m0);
+      const float* img = in + n * in_ns + gi * g.cin * in_cs;
+      // B: dy rows of the group's channels, transposed into panels of NR channels.
+      for (index_t jp = 0; jp < np; jp += NR)
+        for (index_t h = 0; h < NR; h += 16) {
+          for (index_t i = 0; i < 16; ++i) {
+            const index_t k = jp + h + i;
+            trows[i] = k < g.cout ? dy + n * dy_ns + (gi * g.cout + k) * dy_cs + m0 : nullptr;
+          }
+          transpose16(trows, kc, pb + jp * kc + h, NR);
+        }
+      float* sg = sums + gi * rows * np;
+      for (index_t t0 = 0; t0 < kred; t0 += MC) { // a block of MC taps
+        const index_t mc = std::min(MC, kred - t0);
+        for (index_t ip = 0; ip < mc; ip += MR) { // gather MR taps, transpose into a panel
+          for (index_t i = 0; i < 16; ++i) {
+            const index_t kk = t0 + ip + i;
+            if (i < MR && ip + i < mc) {
+              gather_tap(g, img, in_cs, in_hs, kk / RS, kk / g.S % g.R, kk % g.S, m0, kc,
+                         tmp + i * ldt);
+              trows[i] = tmp + i * ldt;
+            } else {
+              trows[i] = nullptr;
+            }
+          }
+          transpose16(trows, kc, pa + ip * kc, MR); // 16-float rows: slack past the block
+        }
+        for (index_t jp = 0; jp < np; jp += NR)
+          for (index_t ip = 0; ip < mc; ip += MR) {
+            kern::micro(kc, pa + ip * kc, pb + jp * kc, t);
+            float* c0 = sg + (t0 + ip) * np + jp;
+            for (index_t i = 0; i < MR; ++i)
+              for (index_t j = 0; j < NR; ++j) c0[i * np + j] += t[i * NR + j];
+          }
+      }
+    }
+  };
+  if (parts == 1) {
+    body(0);
+  } else {
+    Kokkos::parallel_for(
+        "tessera::conv2d_backward_weight[implicit]",
+        Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts), body);
+  }
+  // dw[k, kk] = alpha * (sum over threads, in order, of their dW^T sums): per block of 16 taps,
+  // the sums' rows (contiguous) are added into an L1 block, then stored 16 taps per channel.
+  const std::size_t stride = per_part, off = MC * KC + 16 * 16 + KC * np + 16 * ldt;
+  const index_t tblocks = (kred + 15) / 16;
+  Kokkos::parallel_for("tessera::conv2d_backward_weight[implicit sum]",
+                       Kokkos::RangePolicy<Exec>(exec, 0, g.G * tblocks), [=](const index_t b) {
+                         const index_t gi = b / tblocks, kk0 = b % tblocks * 16,
+                                       nk = std::min<index_t>(16, kred - kk0);
+                         float acc[16 * 256];
+                         for (index_t cb = 0; cb < np; cb += 256) { // 256 channels: a 16 KiB block
+                           const index_t nc = std::min<index_t>(256, np - cb);
+                           for (index_t i = 0; i < nk; ++i) {
+                             float* a = acc + i * nc;
+                             for (int p = 0; p < parts; ++p) {
+                               const float* src =
+                                   scratch + stride * static_cast<std::size_t>(p) + off +
+                                   static_cast<std::size_t>((gi * rows + kk0 + i) * np + cb);
+                               if (p == 0) {
+                                 for (index_t j = 0; j < nc; ++j) a[j] = src[j];
+                               } else {
+                                 for (index_t j = 0; j < nc; ++j) a[j] += src[j];
+                               }
+                             }
+                           }
+                           for (index_t j = 0; j < nc && cb + j < g.cout; ++j)
+                             for (index_t i = 0; i < nk; ++i)
+                               store(gi * g.cout + cb + j, kk0 + i, g.alpha * acc[i * nc + j]);
+                         }
+                       });
+}
+
 } // namespace implicit_conv
 
 #endif // !TESSERA_DEVICE_PASS
