@@ -20,8 +20,15 @@
 // of the im2col (forward, backward-weight) or col2im (backward-data) tiles alone and their share of
 // the pass.
 //
-// Runtime: each benchmark runs for >= 0.1 s (--benchmark_min_time overrides it). Filter, e.g.
+// Runtime: each benchmark runs for >= 0.1 s on 1 thread, 0.25 s on 2 (--benchmark_min_time
+// overrides it); the whole run about 5 minutes. Filter, e.g.
 //   bench_conv --benchmark_filter='fmnist'     (the two small layers only)
+// On a host shared with other jobs, run it as
+//   OMP_PROC_BIND=false OMP_WAIT_POLICY=passive OPENBLAS_THREAD_TIMEOUT=4 bench_conv
+// Spinning OpenMP workers (libgomp's default) and OpenBLAS threads spinning for ~0.1 s after each
+// call otherwise take the cores the next 2-thread benchmark needs: single calls then took 100x
+// longer than their work (0.1 GFLOP/s for the 28 x 28 Fashion-MNIST layer), whichever library
+// ran them. Passive waiting affects tessera (Kokkos::OpenMP) and oneDNN alike (both libgomp).
 #include <tessera/conv.hpp>
 
 #include <benchmark/benchmark.h>
