@@ -13,14 +13,22 @@
 // im2col / col2im per image and one cblas_sgemm per image and group (1x1 stride-1 convolutions
 // skip im2col, as Caffe does).
 //
-// After the Google Benchmark output, a markdown table gives GFLOP/s (from the median time per
-// call) per implementation and the ratios of tessera fp32 to the anchors, plus the path tessera
-// fp32 takes: implicit GEMM, a GEMM straight on x / dy (1x1), direct loops (depthwise), or
-// im2col / col2im + GEMM, with the time of the im2col (forward, backward-weight) or col2im
-// (backward-data) tiles alone and their share of the pass.
+// After the Google Benchmark output, a markdown table gives GFLOP/s (1 thread: from the median
+// CPU time per call; 2 threads: from the shortest wall time, see timed_loop) per implementation and
+// the ratios of tessera fp32 to the anchors, plus the path tessera fp32 takes: implicit GEMM, a
+// GEMM straight on x / dy (1x1), direct loops (depthwise), or im2col / col2im + GEMM, with the time
+// of the im2col (forward, backward-weight) or col2im (backward-data) tiles alone and their share of
+// the pass.
 //
-// Runtime: each benchmark runs for >= 0.1 s (--benchmark_min_time overrides it). Filter, e.g.
+// Runtime: each benchmark runs for >= 0.1 s on 1 thread, 0.25 s on 2 (--benchmark_min_time
+// overrides it); the whole run about 5 minutes. Filter, e.g.
 //   bench_conv --benchmark_filter='fmnist'     (the two small layers only)
+// On a host shared with other jobs, run it as
+//   OMP_PROC_BIND=false OMP_WAIT_POLICY=passive OPENBLAS_THREAD_TIMEOUT=4 bench_conv
+// Spinning OpenMP workers (libgomp's default) and OpenBLAS threads spinning for ~0.1 s after each
+// call otherwise take the cores the next 2-thread benchmark needs: single calls then took 100x
+// longer than their work (0.1 GFLOP/s for the 28 x 28 Fashion-MNIST layer), whichever library
+// ran them. Passive waiting affects tessera (Kokkos::OpenMP) and oneDNN alike (both libgomp).
 #include <tessera/conv.hpp>
 
 #include <benchmark/benchmark.h>
@@ -30,6 +38,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -93,21 +102,34 @@ std::string key(const layer& l, pass p, int threads, const std::string& impl) {
   return std::string(l.name) + "/" + pass_name(p) + "/" + std::to_string(threads) + "/" + impl;
 }
 
-/// Times fn in the benchmark loop; records the median seconds per call and a GFLOP/s counter.
-/// The median, not the mean: on a host shared with other jobs a few calls are preempted and take
-/// several times longer, which would make the ratios depend on when the other jobs ran.
+/// Seconds of CPU time the calling thread has used.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+/// Times fn in the benchmark loop; records seconds per call and a GFLOP/s counter.
+/// The host is shared with other jobs (2 cores, load 2-6 while these numbers were taken), so
+/// wall time mostly measures the scheduler. On 1 thread every implementation runs on the calling
+/// thread, and the median of its CPU time per call is recorded: the work, not the waiting. On 2
+/// threads the shortest wall time of a call is recorded: the one least disturbed by other jobs.
 template <class F>
-void timed_loop(benchmark::State& st, const layer& l, const std::string& k, F&& fn) {
+void timed_loop(benchmark::State& st, const layer& l, int threads, const std::string& k, F&& fn) {
   fn(); // warm-up: workspaces, page faults, oneDNN's JIT
   std::vector<double> calls;
   for (auto _ : st) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_seconds();
     fn();
-    calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double c1 = thread_cpu_seconds();
+    const auto t1 = std::chrono::steady_clock::now();
+    calls.push_back(threads == 1 ? c1 - c0 : std::chrono::duration<double>(t1 - t0).count());
   }
   std::sort(calls.begin(), calls.end());
   const std::size_t n = calls.size();
-  const double s = n == 0 ? 0.0 : n % 2 ? calls[n / 2] : 0.5 * (calls[n / 2 - 1] + calls[n / 2]);
+  double s = 0.0;
+  if (n > 0) s = threads == 1 ? calls[n / 2] : calls[0];
   seconds_per_call[k] = s;
   st.counters["GFLOP/s"] = l.flops() / s * 1e-9;
 }
@@ -152,10 +174,10 @@ std::string fp32_path(const tessera::detail::conv2d_problem& pb, pass p) {
 }
 
 /// Runs only the im2col (or col2im) part of a tessera fp32 pass, with the same tiling, and
-/// returns its seconds per call (the best of 3).
+/// returns its seconds per call (the best of 3; CPU time on 1 thread, as timed_loop).
 template <class Exec>
 double rearrangement_seconds(const Exec& exec, const tessera::detail::conv2d_problem& pb, pass p,
-                             const t4<tessera::fp32, typename Exec::memory_space>& x) {
+                             int threads, const t4<tessera::fp32, typename Exec::memory_space>& x) {
   namespace td = tessera::detail;
   if (pb.pointwise() || pb.one_channel_per_group()) return 0.0; // no im2col / col2im
   const index_t crs = pb.C * pb.R * pb.S;
@@ -166,6 +188,7 @@ double rearrangement_seconds(const Exec& exec, const tessera::detail::conv2d_pro
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_seconds();
     td::for_each_tile(pb, plan, [&](const td::conv_tile& t) {
       if (p == pass::backward_data) {
         td::col2im_tile(exec, col.data(), t, pb.C, pb.R, pb.S, pb.Q, pb.prm, img.data(),
@@ -175,8 +198,9 @@ double rearrangement_seconds(const Exec& exec, const tessera::detail::conv2d_pro
       }
     });
     exec.fence();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, threads == 1 ? thread_cpu_seconds() - c0 : wall);
   }
   return best;
 }
@@ -198,7 +222,7 @@ void bm_tessera(benchmark::State& st, layer l, pass p, int threads) {
   tessera::fill_uniform(exec, dy, 3, -1.f, 1.f);
   tessera::conv2d_workspace<space> ws;
   const std::string k = key(l, p, threads, std::string("tessera_") + Cfg::name);
-  timed_loop(st, l, k, [&] {
+  timed_loop(st, l, threads, k, [&] {
     if (p == pass::forward) tessera::conv2d_forward(exec, x, w, b, y, prm, ws);
     if (p == pass::backward_data) tessera::conv2d_backward_data(exec, dy, w, dx, prm, ws);
     if (p == pass::backward_weight) tessera::conv2d_backward_weight(exec, x, dy, dw, prm, ws);
@@ -214,7 +238,7 @@ void bm_tessera(benchmark::State& st, layer l, pass p, int threads) {
     const std::string path = fp32_path(pb, p);
     fp32_paths[key(l, p, threads, "")] = path;
     if (path == "im2col" || path == "col2im") {
-      const double re = rearrangement_seconds(exec, pb, p, x);
+      const double re = rearrangement_seconds(exec, pb, p, threads, x);
       im2col_seconds[key(l, p, threads, "")] = re;
       st.counters["im2col_share"] = re / seconds_per_call[k];
     }
@@ -275,7 +299,7 @@ void bm_onednn(benchmark::State& st, layer l, pass p, int threads, dnnl::memory:
               {DNNL_ARG_DIFF_BIAS, alloc(pd.diff_bias_desc())}};
     }
     const std::string impl = dt == memory::data_type::f32 ? "onednn_fp32" : "onednn_bf16";
-    timed_loop(st, l, key(l, p, threads, impl), [&] {
+    timed_loop(st, l, threads, key(l, p, threads, impl), [&] {
       prim.execute(s, args);
       s.wait();
     });
@@ -327,7 +351,7 @@ void bm_openblas(benchmark::State& st, layer l, pass p, int threads) {
   std::vector<float> x(static_cast<std::size_t>(l.N * xs), 0.5f),
       w(static_cast<std::size_t>(l.K) * CRSg, 0.25f), y(static_cast<std::size_t>(l.N * ys), 0.75f),
       col(static_cast<std::size_t>(CRSg) * G * PQ);
-  timed_loop(st, l, key(l, p, threads, "openblas_fp32"), [&] {
+  timed_loop(st, l, threads, key(l, p, threads, "openblas_fp32"), [&] {
     for (index_t n = 0; n < l.N; ++n) {
       float* xn = x.data() + n * xs;
       float* yn = y.data() + n * ys;
@@ -363,7 +387,7 @@ void register_all() {
         const auto reg = [&](const std::string& impl, auto fn) {
           benchmark::RegisterBenchmark((base + impl).c_str(), fn)
               ->Unit(benchmark::kMillisecond)
-              ->MinTime(0.1)
+              ->MinTime(threads == 1 ? 0.1 : 0.25) // 2 threads: more calls to take the best of
               ->UseRealTime();
         };
 #if defined(TESSERA_HAVE_DNNL)
@@ -436,7 +460,8 @@ void print_table() {
                     ratio(k("tessera_fp32"), k("openblas_fp32")).c_str(),
                     ratio(k("tessera_bf16"), k("tessera_fp32")).c_str(), how.c_str());
       }
-  std::printf("(GFLOP/s = 2 N K P Q C/groups R S / time; ratios > 1 mean tessera fp32 (or bf16) "
+  std::printf("(GFLOP/s = 2 N K P Q C/groups R S / time, time = median CPU time per call on 1 "
+              "thread, shortest wall time per call on 2; ratios > 1 mean tessera fp32 (or bf16) "
               "is faster)\n");
   // A text plot: GFLOP/s on a log scale, 10 characters per decade from 1 GFLOP/s.
   std::printf("\n```\nGFLOP/s, 1 thread, log scale: 10 # per decade above 1 GFLOP/s "

@@ -17,13 +17,15 @@
 /// Used for conv2d_forward, and for conv2d_backward_data with stride 1 (dx is then the
 /// convolution of dy with the weights transposed per group and flipped in R and S, and padding
 /// dilation*(R - 1) - pad, which may be negative: the gather checks bounds only).
+/// conv2d_backward_weight has its own driver below (run_weight): its reduction runs over pixels.
 ///
 /// Threads: B (the weights, a few MiB at most) is packed once per call, then the work units
 /// (image, group, block of MC pixels) are shared out in contiguous ranges, one per thread, in
 /// one parallel region; each thread packs its own A blocks and owns its C block (regions of the
-/// workspace). Every output element is summed by one thread in one fixed order: the results do
-/// not depend on the thread count.
-/// Host only (compiled out of device passes); the caller checks is_host_exec_v.
+/// workspace). Every output element is summed by one thread in one fixed order: forward and
+/// backward-data results do not depend on the thread count.
+/// Host only (compiled out of device passes); the caller checks is_host_exec_v. The 16 x 16
+/// transposes of run_weight use AVX-512 when compiled for it, else scalar loops.
 
 #include <tessera/conv/im2col.hpp>
 #include <tessera/gemm/detail/host.hpp>
