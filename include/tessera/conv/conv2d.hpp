@@ -29,8 +29,8 @@
 ///                    dbias[k] = sum over n, p, q of dy[n, k, p, q]
 /// A one-image tile of y or dy is a matrix inside the tensor (no copy); multi-image tiles are
 /// gathered / scattered. 1x1 convolutions with stride 1 and no padding use x (or write dx)
-/// directly as the column matrix. The forward bias and epilogue are fused into the GEMM's store
-/// when the epilogue is a default-constructible functor (a lambda gets a pass over y).
+/// directly as the column matrix. For a low-precision y the forward bias and epilogue are fused
+/// into the GEMM's store when the epilogue is a default-constructible functor (one rounding).
 /// On host spaces, with fp32 operands, forward and stride-1 backward-data convolutions of at
 /// least 16 output channels per group and a reduction of at least 64 (detail::use_implicit), and
 /// backward-weight with at least 16 output channels per group, skip the column matrix: an
@@ -514,11 +514,14 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
   const std::size_t xe = sizeof(storage_t<px>);
   const auto plan = plan_tiles(pb, ws.column_budget(), crs * Q, xe);
   // Tiles of one image are matrices inside x and y; tiles of several images are gathered into
-  // columns (im2col, also for 1x1) and scattered back from an fp32 tile. The bias and epilogue
-  // are fused into the GEMM's store (one rounding) when the epilogue can be an op of a
-  // tessera::epilogue (default-constructible and assignable: not a lambda); otherwise they are
-  // a pass over y, and a low-precision y goes through the fp32 tile so that it is rounded once.
-  constexpr bool fuse = std::is_default_constructible_v<Epi> && std::is_copy_assignable_v<Epi>;
+  // columns (im2col, also for 1x1) and scattered back from an fp32 tile. An fp32 y gets the
+  // bias and epilogue in a pass over y (vectorised; the GEMM applies epilogue ops one element at
+  // a time, 8% slower for a 1x1 layer with K/groups = 64 rows). A low-precision y must be
+  // rounded once: the bias and epilogue are fused into the GEMM's store when the epilogue can be
+  // an op of a tessera::epilogue (default-constructible and assignable: not a lambda), else y
+  // goes through the fp32 tile.
+  constexpr bool fuse = !std::is_same_v<py, fp32> && std::is_default_constructible_v<Epi> &&
+                        std::is_copy_assignable_v<Epi>;
   const bool col_needed = !(pb.pointwise() && plan.images == 1);
   const bool direct_out = plan.images == 1 && (fuse || !post || std::is_same_v<py, fp32>);
   const index_t maxc = plan.max_cols(Q);
