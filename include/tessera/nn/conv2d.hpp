@@ -74,7 +74,8 @@ public:
   /// Parameters initialised as PyTorch does, fan_in = InC/groups * Kernel^2.
   explicit Conv2d(std::uint64_t seed = 0)
       : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), y_("conv.y"),
-        dx_("conv.dx"), w_cast_("conv.w"), x_cast_("conv.x"), dy_cast_("conv.dy") {
+        dx_("conv.dx"), w_cast_("conv.w"), x_cast_("conv.x"), dy_cast_("conv.dy"),
+        sums_("conv.sums"), dx_sums_("conv.dx_sums") {
     reset_parameters(seed);
   }
 
@@ -104,10 +105,11 @@ public:
         boost::hana::make_tuple(w_cast_.fp8_states(), x_cast_.fp8_states(), dy_cast_.fp8_states()));
   }
 
-  /// y = conv2d(x, W) + b; keeps the compute copy of x for backward.
-  template <class Exec, class XP, class E>
+  /// y = conv2d(x, W) + b; keeps the compute copy of x for backward. `reduce`
+  /// (detail::no_reduction) is applied to the fp32 sums of the convolution before the bias.
+  template <class Exec, class XP, class E, class R = detail::no_reduction>
   Tensor<activation_precision, output_extents<E>, layout_right, M>
-  forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x) {
+  forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x, const R& reduce = {}) {
     static_assert(accepts<E>, "tessera::nn::Conv2d::forward: x must be (B, InC, H, W) with the "
                               "dilated kernel fitting the padded image.");
     const char* op = "tessera::nn::Conv2d::forward";
@@ -120,17 +122,45 @@ public:
     w_ = w_cast_(exec, weight_.value);
     x_ = x_cast_(exec, xd);
     auto y = y_.get(output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]}));
-    conv2d_forward(exec, x_.conv_input(), w_.conv_input(), bias_.value, y, params, ws_);
     out_ = {x.extent(0), OutC, pq[0], pq[1]};
+    if constexpr (!detail::reduces<R>) {
+      conv2d_forward(exec, x_.conv_input(), w_.conv_input(), bias_.value, y, params, ws_);
+    } else {
+      // The sums without the bias (in y itself when y is fp32), reduced, then the bias and one
+      // rounding.
+      auto sums = [&] {
+        if constexpr (std::is_same_v<activation_precision, fp32>) {
+          return y;
+        } else {
+          return sums_.get(y.extents());
+        }
+      }();
+      conv2d_forward(exec, x_.conv_input(), w_.conv_input(), sums, params, ws_);
+      reduce(exec, sums.data(), sums.size());
+      const float* a = sums.data();
+      const float* b = bias_.value.data();
+      auto* o = y.data();
+      const index_t PQ = pq[0] * pq[1];
+      Kokkos::parallel_for(
+          "tessera::nn::Conv2d::forward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, out_[0] * OutC),
+          KOKKOS_LAMBDA(const index_t r) {
+            const float bias = b[r % OutC];
+            for (index_t i = 0; i < PQ; ++i)
+              o[r * PQ + i] = from_float<activation_precision>(a[r * PQ + i] + bias);
+          });
+      exec.fence();
+    }
     in_ = {x.extent(0), InC, x.extent(2), x.extent(3)};
     return y;
   }
 
   /// From dy (B, OutC, P, Q) of the last forward: writes dL/dW and dL/db into the gradients
   /// and returns dx (B, InC, H, W) in activation_precision (empty when need_dx is false).
-  template <class Exec, class DP, class DE>
+  /// `reduce` (detail::no_reduction) is applied to the fp32 sums of dx before their rounding.
+  template <class Exec, class DP, class DE, class R = detail::no_reduction>
   Tensor<activation_precision, extents<dyn, InC, dyn, dyn>, layout_right, M>
-  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true) {
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true,
+           const R& reduce = {}) {
     static_assert(DE::rank == 4, "tessera::nn::Conv2d::backward: dy must be (B, OutC, P, Q).");
     if (out_[0] < 0) throw value_error("tessera::nn::Conv2d::backward: called before forward");
     detail::require_extents("tessera::nn::Conv2d::backward", "dy", dy_in, out_);
@@ -159,7 +189,17 @@ public:
     exec.fence();
     if (!need_dx) return {};
     auto dx = dx_.get(extents<dyn, InC, dyn, dyn>(in_[0], in_[2], in_[3]));
-    conv2d_backward_data(exec, dq.conv_input(), w_.conv_input(), dx, params, ws_);
+    if constexpr (!detail::reduces<R>) {
+      conv2d_backward_data(exec, dq.conv_input(), w_.conv_input(), dx, params, ws_);
+    } else if constexpr (std::is_same_v<activation_precision, fp32>) {
+      conv2d_backward_data(exec, dq.conv_input(), w_.conv_input(), dx, params, ws_);
+      reduce(exec, dx.data(), dx.size());
+    } else {
+      auto sums = dx_sums_.get(dx.extents());
+      conv2d_backward_data(exec, dq.conv_input(), w_.conv_input(), sums, params, ws_);
+      reduce(exec, sums.data(), sums.size());
+      convert_into(exec, dx, sums);
+    }
     return dx;
   }
 
@@ -170,6 +210,7 @@ private:
   detail::buffer<activation_precision> y_, dx_;
   detail::operand_caster<Prec, false> w_cast_, x_cast_;
   detail::operand_caster<Prec, true> dy_cast_;
+  detail::buffer<fp32> sums_, dx_sums_; // only with a reduction and a non-fp32 activation
   conv2d_workspace<M> ws_;
   detail::operand<op_p, weight_extents> w_;
   detail::operand<op_p, dextents<4>> x_;

@@ -55,7 +55,7 @@ public:
   explicit Linear(std::uint64_t seed = 0)
       : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), y_("linear.y"),
         dx_("linear.dx"), w_cast_("linear.w"), x_cast_("linear.x"), dy_cast_("linear.dy"),
-        acc_("linear.acc") {
+        acc_("linear.acc"), dx_sums_("linear.dx_sums") {
     reset_parameters(seed);
   }
 
@@ -76,9 +76,10 @@ public:
   }
 
   /// y = x W^T + b. x: (B, In), any precision; kept (as the compute copy) for backward.
-  template <class Exec, class XP, class XE>
+  /// `reduce` (detail::no_reduction) is applied to the fp32 products before the bias.
+  template <class Exec, class XP, class XE, class R = detail::no_reduction>
   Tensor<activation_precision, extents<dyn, Out>, layout_right, M>
-  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x_in) {
+  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x_in, const R& reduce = {}) {
     static_assert(accepts<XE>, "tessera::nn::Linear::forward: the input must be (B, In).");
     if (x_in.extent(1) != In)
       throw shape_error("tessera::nn::Linear<" + std::to_string(In) + ", " + std::to_string(Out) +
@@ -100,6 +101,7 @@ public:
     }();
     gemm(exec, x_.t, transpose(w_.t.view()), acc,
          gemm_options{.alpha = x_.scale_inv * w_.scale_inv, .beta = 0.f});
+    if constexpr (detail::reduces<R>) reduce(exec, acc.data(), acc.size());
     const float* a = acc.data();
     const float* b = bias_.value.data();
     auto* out = y.data();
@@ -116,10 +118,12 @@ public:
 
   /// From dy = dL/dy (B, Out) of the last forward: writes dL/dW and dL/db into the parameters'
   /// grad and returns dx = dL/dx (B, In) in activation_precision (an empty tensor when
-  /// need_dx is false, e.g. for a first layer).
-  template <class Exec, class DP, class DE>
+  /// need_dx is false, e.g. for a first layer). `reduce` (detail::no_reduction) is applied to
+  /// the fp32 sums of dx before they are rounded to activation_precision.
+  template <class Exec, class DP, class DE, class R = detail::no_reduction>
   Tensor<activation_precision, extents<dyn, In>, layout_right, M>
-  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true) {
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true,
+           const R& reduce = {}) {
     static_assert(DE::rank == 2, "tessera::nn::Linear::backward: dy must be (B, Out).");
     if (batch_ < 0) throw value_error("tessera::nn::Linear::backward: called before forward");
     detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
@@ -142,9 +146,21 @@ public:
         });
     exec.fence();
     if (!need_dx) return {};
-    // dx (B, In) = dy (B, Out) W (Out, In).
+    // dx (B, In) = dy (B, Out) W (Out, In); through an fp32 scratch when it is reduced and
+    // stored in a lower precision (one rounding, after the reduction).
     auto dx = dx_.get(extents<dyn, In>(B));
-    gemm(exec, dq.t, w_.t, dx, gemm_options{.alpha = dq.scale_inv * w_.scale_inv, .beta = 0.f});
+    const gemm_options o{.alpha = dq.scale_inv * w_.scale_inv, .beta = 0.f};
+    if constexpr (!detail::reduces<R>) {
+      gemm(exec, dq.t, w_.t, dx, o);
+    } else if constexpr (std::is_same_v<activation_precision, fp32>) {
+      gemm(exec, dq.t, w_.t, dx, o);
+      reduce(exec, dx.data(), dx.size());
+    } else {
+      auto sums = dx_sums_.get(extents<dyn, In>(B));
+      gemm(exec, dq.t, w_.t, sums, o);
+      reduce(exec, sums.data(), sums.size());
+      convert_into(exec, dx, sums);
+    }
     return dx;
   }
 
@@ -155,7 +171,7 @@ private:
   detail::buffer<activation_precision> y_, dx_;
   detail::operand_caster<Prec, false> w_cast_, x_cast_;
   detail::operand_caster<Prec, true> dy_cast_;
-  detail::buffer<fp32> acc_;
+  detail::buffer<fp32> acc_, dx_sums_;
   detail::operand<wop, weight_extents> w_;
   detail::operand<wop, extents<dyn, In>> x_;
   index_t batch_ = -1;

@@ -179,229 +179,148 @@ template <class P>
 inline constexpr bool tensor_parallel_precision =
     std::is_same_v<P, fp32> || std::is_same_v<P, bf16>;
 
-template <class Exec>
-void fence_and_all_reduce(const Exec& exec, const tensor_group& g, float* buf, index_t n) {
-  exec.fence();
-  g.all_reduce_sum(buf, n);
-}
+/// The reduction a shard layer hands to nn::Linear / nn::Conv2d (nn::detail::no_reduction's
+/// counterpart): the fp32 partial sums, summed over the tensor group in place.
+struct group_sum {
+  const tensor_group* group;
+  template <class Exec>
+  void operator()(const Exec& exec, float* sums, index_t n) const {
+    exec.fence();
+    group->all_reduce_sum(sums, n);
+  }
+};
 
 using tp_memory_space = nn::detail::default_memory_space;
 static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, tp_memory_space>::accessible,
               "tessera::parallel: tensor-parallel layers hand activation buffers to the "
               "communicator, which needs host-accessible memory");
 
+/// What the four shard layers share: the nn layer computing this rank's shard (Inner), the
+/// group, and slicing the whole layer's initialisation (Whole, fp32, the same seed).
+template <class Inner, class Whole, int T>
+class shard_layer {
+public:
+  static constexpr int tensor_size = T;
+  using compute_precision = typename Inner::compute_precision;
+  using activation_precision = typename Inner::activation_precision;
+  template <class InExt>
+  static constexpr bool accepts = Inner::template accepts<InExt>;
+  template <class InExt>
+  using output_extents = typename Inner::template output_extents<InExt>;
+
+  auto& weight() noexcept { return inner_.weight(); }
+  auto& bias() noexcept { return inner_.bias(); }
+  auto parameters() const { return inner_.parameters(); }
+
+protected:
+  shard_layer(const char* name, std::uint64_t seed) : inner_(seed), name_(name), seed_(seed) {}
+
+  template <class Self>
+  void init(Self& self, int t) {
+    init_from_whole(self, Whole(seed_), T, t);
+  }
+  template <class Self>
+  void bind_to(Self& self, const tensor_group& g) {
+    check_group(name_, T, g);
+    group_ = g;
+    bound_ = true;
+    init(self, g.rank());
+  }
+  /// The group's sum, after checking that the layer has a group (not needed when T == 1).
+  group_sum sum() const {
+    if constexpr (T > 1) check_bound(name_, bound_);
+    return group_sum{&group_};
+  }
+
+  Inner inner_;
+
+private:
+  const char* name_;
+  std::uint64_t seed_;
+  tensor_group group_;
+  bool bound_ = false;
+};
+
 } // namespace detail
 
-/// Linear<In, Out, P> split by output features: this rank's Out/T rows of W and of b.
+/// Linear<In, Out, P> split by output features: this rank's Out/T rows of W and of b. Backward
+/// sums the partial input gradients dy_t W_t over the group (fp32, rounded once).
 template <index_t In, index_t Out, int T, class P = fp32>
-class ColumnParallelLinear {
+class ColumnParallelLinear
+    : public detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T> {
   static_assert(T >= 1 && Out % T == 0,
                 "tessera::parallel::ColumnParallelLinear<In, Out, T>: T must divide Out");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::ColumnParallelLinear: tensor-parallel layers compute in "
                 "fp32 or bf16");
-  using M = detail::tp_memory_space;
-  using inner_type = nn::Linear<In, Out / T, P>;
+  using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T>;
 
 public:
   static constexpr index_t local_out = Out / T;
-  static constexpr int tensor_size = T;
   using whole_type = nn::Linear<In, Out, P>;
-  using compute_precision = P;
-  using activation_precision = nn::activation_t<P>;
   using input_extents = extents<dyn, In>;
-  template <class InExt>
-  static constexpr bool accepts = inner_type::template accepts<InExt>;
-  template <class InExt>
-  using output_extents = extents<dyn, local_out>;
   /// weight (Out, In) as (1, T, Out/T * In); bias (Out) as (1, T, Out/T).
   static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, 1, local_out* In},
                                                        shard_spec{true, 1, local_out}};
 
   /// Initialised as shard 0 of the whole layer; bind() re-slices for the group's rank.
-  explicit ColumnParallelLinear(std::uint64_t seed = 0)
-      : inner_(seed), seed_(seed), w_cast_("tp.linear.w"), dy_cast_("tp.linear.dy"),
-        acc_("tp.linear.dx.acc"), dx_("tp.linear.dx") {
-    init(0);
+  explicit ColumnParallelLinear(std::uint64_t seed = 0) : base("ColumnParallelLinear", seed) {
+    this->init(*this, 0);
   }
-
-  void bind(const tensor_group& g) {
-    detail::check_group("ColumnParallelLinear", T, g);
-    group_ = g;
-    bound_ = true;
-    init(g.rank());
-  }
-  auto parameters() const { return inner_.parameters(); }
+  void bind(const tensor_group& g) { this->bind_to(*this, g); }
 
   template <class Exec, class X>
   auto forward(const Exec& exec, const X& x) {
-    if constexpr (T > 1) detail::check_bound("ColumnParallelLinear", bound_);
-    return inner_.forward(exec, x);
+    (void)this->sum(); // the bound check
+    return this->inner_.forward(exec, x);
   }
-
-  /// Weight and bias gradients of the shard; dx = the all-reduce over the group of the partial
-  /// input gradients dy_t W_t, summed in fp32 and rounded once.
   template <class Exec, class DY>
-  Tensor<activation_precision, extents<dyn, In>, layout_right, M>
-  backward(const Exec& exec, const DY& dy, bool need_dx = true) {
-    inner_.backward(exec, dy, false);
-    if (!need_dx) return {};
-    const index_t B = dy.extent(0);
-    const auto w = w_cast_(exec, inner_.weight().value);
-    const auto dq = dy_cast_(exec, reshape<extents<dyn, local_out>>(dy, B));
-    auto acc = acc_.get(extents<dyn, In>(B));
-    gemm(exec, dq.t, w.t, acc, gemm_options{.alpha = 1.f, .beta = 0.f});
-    detail::fence_and_all_reduce(exec, group_, acc.data(), acc.size());
-    if constexpr (std::is_same_v<activation_precision, fp32>) {
-      return acc;
-    } else {
-      auto dx = dx_.get(extents<dyn, In>(B));
-      convert_into(exec, dx, acc);
-      return dx;
-    }
+  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
+    return this->inner_.backward(exec, dy, need_dx, this->sum());
   }
-
-private:
-  void init(int t) { detail::init_from_whole(*this, nn::Linear<In, Out, fp32>(seed_), T, t); }
-
-  inner_type inner_;
-  std::uint64_t seed_;
-  tensor_group group_;
-  bool bound_ = false;
-  nn::detail::operand_caster<P, false> w_cast_;
-  nn::detail::operand_caster<P, true> dy_cast_;
-  nn::detail::buffer<fp32> acc_;
-  nn::detail::buffer<activation_precision> dx_;
 };
 
 /// Linear<In, Out, P> split by input features: W's columns of this rank's In/T inputs; the whole
-/// bias, added after the all-reduce of the partial products.
+/// bias, added after the sum of the partial products over the group (fp32, rounded once).
+/// x: (B, In/T), this rank's shard of the features.
 template <index_t In, index_t Out, int T, class P = fp32>
-class RowParallelLinear {
+class RowParallelLinear
+    : public detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T> {
   static_assert(T >= 1 && In % T == 0,
                 "tessera::parallel::RowParallelLinear<In, Out, T>: T must divide In");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in fp32 "
                 "or bf16");
-  using M = detail::tp_memory_space;
+  using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T>;
 
 public:
   static constexpr index_t local_in = In / T;
-  static constexpr int tensor_size = T;
   using whole_type = nn::Linear<In, Out, P>;
-  using compute_precision = P;
-  using activation_precision = nn::activation_t<P>;
-  using weight_extents = extents<Out, local_in>;
-  using bias_extents = extents<Out>;
-  template <class InExt>
-  static constexpr bool accepts = InExt::rank == 2 && (InExt::static_extent(1) == local_in ||
-                                                       InExt::static_extent(1) == dyn);
-  template <class InExt>
-  using output_extents = extents<dyn, Out>;
   /// weight (Out, In) as (Out, T, In/T); the bias replicated.
   static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, Out, local_in, 1},
                                                        shard_spec{false, 1, 0}};
 
-  explicit RowParallelLinear(std::uint64_t seed = 0)
-      : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), seed_(seed),
-        y_("tp.linear.y"), dx_("tp.linear.dx"), acc_("tp.linear.acc"), w_cast_("tp.linear.w"),
-        x_cast_("tp.linear.x"), dy_cast_("tp.linear.dy") {
-    init(0);
+  explicit RowParallelLinear(std::uint64_t seed = 0) : base("RowParallelLinear", seed) {
+    this->init(*this, 0);
   }
+  void bind(const tensor_group& g) { this->bind_to(*this, g); }
 
-  void bind(const tensor_group& g) {
-    detail::check_group("RowParallelLinear", T, g);
-    group_ = g;
-    bound_ = true;
-    init(g.rank());
+  template <class Exec, class X>
+  auto forward(const Exec& exec, const X& x) {
+    return this->inner_.forward(exec, x, this->sum());
   }
-  nn::parameter<weight_extents>& weight() noexcept { return weight_; }
-  nn::parameter<bias_extents>& bias() noexcept { return bias_; }
-  auto parameters() const { return boost::hana::make_tuple(weight_, bias_); }
-
-  /// y = all-reduce(x_t W_t^T) + b, the sum in fp32, rounded once. x: (B, In/T).
-  template <class Exec, class XP, class XE>
-  Tensor<activation_precision, extents<dyn, Out>, layout_right, M>
-  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x_in) {
-    static_assert(accepts<XE>, "tessera::parallel::RowParallelLinear::forward: the input must be "
-                               "(B, In / T), this rank's shard of the features");
-    if constexpr (T > 1) detail::check_bound("RowParallelLinear", bound_);
-    if (x_in.extent(1) != local_in)
-      throw shape_error("tessera::parallel::RowParallelLinear::forward: x has shape " +
-                        shape_string(x_in.extents()) + "; it must be (B, " +
-                        std::to_string(local_in) + ")");
-    const index_t B = x_in.extent(0);
-    const auto x = reshape<extents<dyn, local_in>>(x_in, B);
-    w_ = w_cast_(exec, weight_.value);
-    x_ = x_cast_(exec, x);
-    auto acc = acc_.get(extents<dyn, Out>(B));
-    gemm(exec, x_.t, transpose(w_.t.view()), acc, gemm_options{.alpha = 1.f, .beta = 0.f});
-    detail::fence_and_all_reduce(exec, group_, acc.data(), acc.size());
-    auto y = y_.get(extents<dyn, Out>(B));
-    const float* a = acc.data();
-    const float* b = bias_.value.data();
-    auto* out = y.data();
-    Kokkos::parallel_for(
-        "tessera::parallel::RowParallelLinear::forward[bias]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B), KOKKOS_LAMBDA(const index_t i) {
-          for (index_t j = 0; j < Out; ++j)
-            out[i * Out + j] = from_float<activation_precision>(a[i * Out + j] + b[j]);
-        });
-    exec.fence();
-    batch_ = B;
-    return y;
+  /// As nn::Linear::backward on the shard (no communication).
+  template <class Exec, class DY>
+  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
+    return this->inner_.backward(exec, dy, need_dx);
   }
-
-  /// As nn::Linear::backward on the shard (no communication): dW_t = dy^T x_t, db = column
-  /// sums of dy (the same on every rank), dx_t = dy W_t.
-  template <class Exec, class DP, class DE>
-  Tensor<activation_precision, extents<dyn, local_in>, layout_right, M>
-  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true) {
-    if (batch_ < 0)
-      throw value_error("tessera::parallel::RowParallelLinear::backward: called before forward");
-    nn::detail::require_extents("tessera::parallel::RowParallelLinear::backward", "dy", dy_in,
-                                std::array<index_t, 2>{batch_, Out});
-    const index_t B = batch_;
-    const auto dy = reshape<extents<dyn, Out>>(dy_in, B);
-    const auto dq = dy_cast_(exec, dy);
-    gemm(exec, transpose(dq.t.view()), x_.t, weight_.grad, gemm_options{.alpha = 1.f, .beta = 0.f});
-    const auto* d = dy.data();
-    float* db = bias_.grad.data();
-    Kokkos::parallel_for(
-        "tessera::parallel::RowParallelLinear::backward[bias]",
-        Kokkos::RangePolicy<Exec>(exec, 0, Out), KOKKOS_LAMBDA(const index_t j) {
-          float s = 0.f;
-          for (index_t i = 0; i < B; ++i) s += to_float(d[i * Out + j]);
-          db[j] = s;
-        });
-    exec.fence();
-    if (!need_dx) return {};
-    auto dx = dx_.get(extents<dyn, local_in>(B));
-    gemm(exec, dq.t, w_.t, dx, gemm_options{.alpha = 1.f, .beta = 0.f});
-    return dx;
-  }
-
-private:
-  void init(int t) { detail::init_from_whole(*this, nn::Linear<In, Out, fp32>(seed_), T, t); }
-
-  using wop = typename nn::detail::operand_precision<P, false>::type;
-  nn::parameter<weight_extents> weight_;
-  nn::parameter<bias_extents> bias_;
-  std::uint64_t seed_;
-  tensor_group group_;
-  bool bound_ = false;
-  nn::detail::buffer<activation_precision> y_, dx_;
-  nn::detail::buffer<fp32> acc_;
-  nn::detail::operand_caster<P, false> w_cast_, x_cast_;
-  nn::detail::operand_caster<P, true> dy_cast_;
-  nn::detail::operand<wop, weight_extents> w_;
-  nn::detail::operand<wop, extents<dyn, local_in>> x_;
-  index_t batch_ = -1;
 };
 
 /// Conv2d<InC, OutC, K, Opt, P> split by output channels: this rank's OutC/T filters and biases.
+/// Backward sums the partial input gradients over the group (fp32, rounded once).
 template <index_t InC, index_t OutC, index_t K, nn::conv_options Opt, int T, class P = fp32>
-class ColumnParallelConv2d {
+class ColumnParallelConv2d : public detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
+                                                        nn::Conv2d<InC, OutC, K, Opt, fp32>, T> {
   static_assert(
       T >= 1 && OutC % T == 0,
       "tessera::parallel::ColumnParallelConv2d<InC, OutC, K, Opt, T>: T must divide OutC");
@@ -410,89 +329,38 @@ class ColumnParallelConv2d {
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in fp32 "
                 "or bf16");
-  using M = detail::tp_memory_space;
-  using inner_type = nn::Conv2d<InC, OutC / T, K, Opt, P>;
+  using base = detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
+                                   nn::Conv2d<InC, OutC, K, Opt, fp32>, T>;
 
 public:
   static constexpr index_t local_out = OutC / T;
-  static constexpr int tensor_size = T;
   using whole_type = nn::Conv2d<InC, OutC, K, Opt, P>;
-  using compute_precision = P;
-  using activation_precision = nn::activation_t<P>;
-  template <class InExt>
-  static constexpr bool accepts = inner_type::template accepts<InExt>;
-  template <class InExt>
-  using output_extents = typename inner_type::template output_extents<InExt>;
   /// weight (OutC, InC, K, K) as (1, T, OutC/T * InC K K); bias as (1, T, OutC/T).
   static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, 1, local_out* InC* K* K},
                                                        shard_spec{true, 1, local_out}};
 
-  explicit ColumnParallelConv2d(std::uint64_t seed = 0)
-      : inner_(seed), seed_(seed), w_cast_("tp.conv.w"), dy_cast_("tp.conv.dy"),
-        acc_("tp.conv.dx.acc"), dx_("tp.conv.dx") {
-    init(0);
+  explicit ColumnParallelConv2d(std::uint64_t seed = 0) : base("ColumnParallelConv2d", seed) {
+    this->init(*this, 0);
   }
-
-  void bind(const tensor_group& g) {
-    detail::check_group("ColumnParallelConv2d", T, g);
-    group_ = g;
-    bound_ = true;
-    init(g.rank());
-  }
-  auto parameters() const { return inner_.parameters(); }
+  void bind(const tensor_group& g) { this->bind_to(*this, g); }
 
   template <class Exec, class X>
   auto forward(const Exec& exec, const X& x) {
-    if constexpr (T > 1) detail::check_bound("ColumnParallelConv2d", bound_);
-    in_ = {x.extent(0), InC, x.extent(2), x.extent(3)};
-    return inner_.forward(exec, x);
+    (void)this->sum(); // the bound check
+    return this->inner_.forward(exec, x);
   }
-
-  /// Weight and bias gradients of the shard; dx = the all-reduce of the partial input
-  /// gradients (the transposed convolution of dy_t with W_t), fp32, rounded once.
-  template <class Exec, class DP, class DE>
-  Tensor<activation_precision, extents<dyn, InC, dyn, dyn>, layout_right, M>
-  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
-    inner_.backward(exec, dy, false);
-    if (!need_dx) return {};
-    const auto w = w_cast_(exec, inner_.weight().value);
-    const auto dyd = Tensor<DP, dextents<4>, layout_right, M>(
-        dy.kokkos_view(), dextents<4>::from_all(dy.extents().to_array()));
-    const auto dq = dy_cast_(exec, dyd);
-    using E = extents<dyn, InC, dyn, dyn>;
-    auto acc = acc_.get(E(in_[0], in_[2], in_[3]));
-    conv2d_backward_data(exec, dq.conv_input(), w.conv_input(), acc, whole_type::params, ws_);
-    detail::fence_and_all_reduce(exec, group_, acc.data(), acc.size());
-    if constexpr (std::is_same_v<activation_precision, fp32>) {
-      return acc;
-    } else {
-      auto dx = dx_.get(E(in_[0], in_[2], in_[3]));
-      convert_into(exec, dx, acc);
-      return dx;
-    }
+  template <class Exec, class DY>
+  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
+    return this->inner_.backward(exec, dy, need_dx, this->sum());
   }
-
-private:
-  void init(int t) {
-    detail::init_from_whole(*this, nn::Conv2d<InC, OutC, K, Opt, fp32>(seed_), T, t);
-  }
-
-  inner_type inner_;
-  std::uint64_t seed_;
-  tensor_group group_;
-  bool bound_ = false;
-  nn::detail::operand_caster<P, false> w_cast_;
-  nn::detail::operand_caster<P, true> dy_cast_;
-  nn::detail::buffer<fp32> acc_;
-  nn::detail::buffer<activation_precision> dx_;
-  conv2d_workspace<M> ws_;
-  std::array<index_t, 4> in_{};
 };
 
 /// Conv2d<InC, OutC, K, Opt, P> split by input channels: every filter's InC/T channels of this
-/// rank; the whole bias, added after the all-reduce of the partial convolutions.
+/// rank; the whole bias, added after the sum of the partial convolutions over the group.
+/// x: (B, InC/T, H, W), this rank's shard of the channels.
 template <index_t InC, index_t OutC, index_t K, nn::conv_options Opt, int T, class P = fp32>
-class RowParallelConv2d {
+class RowParallelConv2d : public detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
+                                                     nn::Conv2d<InC, OutC, K, Opt, fp32>, T> {
   static_assert(T >= 1 && InC % T == 0,
                 "tessera::parallel::RowParallelConv2d<InC, OutC, K, Opt, T>: T must divide InC");
   static_assert(Opt.groups == 1,
@@ -500,137 +368,30 @@ class RowParallelConv2d {
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in fp32 "
                 "or bf16");
-  using M = detail::tp_memory_space;
-  using shape_type = nn::Conv2d<InC / T, OutC, K, Opt, P>; // static shapes only
+  using base = detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
+                                   nn::Conv2d<InC, OutC, K, Opt, fp32>, T>;
 
 public:
   static constexpr index_t local_in = InC / T;
-  static constexpr int tensor_size = T;
   using whole_type = nn::Conv2d<InC, OutC, K, Opt, P>;
-  using compute_precision = P;
-  using activation_precision = nn::activation_t<P>;
-  using weight_extents = extents<OutC, local_in, K, K>;
-  using bias_extents = extents<OutC>;
-  template <class InExt>
-  static constexpr bool accepts = shape_type::template accepts<InExt>;
-  template <class InExt>
-  using output_extents = typename shape_type::template output_extents<InExt>;
   /// weight (OutC, InC, K, K) as (OutC, T, InC/T * K K); the bias replicated.
   static constexpr std::array<shard_spec, 2> shards = {shard_spec{true, OutC, local_in* K* K, 1},
                                                        shard_spec{false, 1, 0}};
 
-  explicit RowParallelConv2d(std::uint64_t seed = 0)
-      : weight_("weight", weight_extents{}), bias_("bias", bias_extents{}), seed_(seed),
-        y_("tp.conv.y"), dx_("tp.conv.dx"), acc_("tp.conv.acc"), w_cast_("tp.conv.w"),
-        x_cast_("tp.conv.x"), dy_cast_("tp.conv.dy") {
-    init(0);
+  explicit RowParallelConv2d(std::uint64_t seed = 0) : base("RowParallelConv2d", seed) {
+    this->init(*this, 0);
   }
+  void bind(const tensor_group& g) { this->bind_to(*this, g); }
 
-  void bind(const tensor_group& g) {
-    detail::check_group("RowParallelConv2d", T, g);
-    group_ = g;
-    bound_ = true;
-    init(g.rank());
+  template <class Exec, class X>
+  auto forward(const Exec& exec, const X& x) {
+    return this->inner_.forward(exec, x, this->sum());
   }
-  nn::parameter<weight_extents>& weight() noexcept { return weight_; }
-  nn::parameter<bias_extents>& bias() noexcept { return bias_; }
-  auto parameters() const { return boost::hana::make_tuple(weight_, bias_); }
-
-  /// y = all-reduce(conv2d(x_t, W_t)) + b, fp32 sums rounded once. x: (B, InC/T, H, W).
-  template <class Exec, class XP, class E>
-  Tensor<activation_precision, output_extents<E>, layout_right, M>
-  forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x) {
-    static_assert(accepts<E>, "tessera::parallel::RowParallelConv2d::forward: x must be "
-                              "(B, InC / T, H, W), this rank's shard of the channels");
-    if constexpr (T > 1) detail::check_bound("RowParallelConv2d", bound_);
-    const char* op = "tessera::parallel::RowParallelConv2d::forward";
-    if (x.extent(1) != local_in)
-      throw shape_error(std::string(op) + ": x has shape " + shape_string(x.extents()) +
-                        "; it must have " + std::to_string(local_in) + " channels");
-    const auto pq = whole_type::params.output_hw_for(op, x.extent(2), x.extent(3), K, K);
-    const auto xd = Tensor<XP, dextents<4>, layout_right, M>(
-        x.kokkos_view(), dextents<4>::from_all(x.extents().to_array()));
-    w_ = w_cast_(exec, weight_.value);
-    x_ = x_cast_(exec, xd);
-    out_ = {x.extent(0), OutC, pq[0], pq[1]};
-    auto acc = acc_.get(dextents<4>::from_all(out_));
-    conv2d_forward(exec, x_.conv_input(), w_.conv_input(), acc, whole_type::params, ws_);
-    detail::fence_and_all_reduce(exec, group_, acc.data(), acc.size());
-    auto y = y_.get(output_extents<E>::from_all(out_));
-    const float* a = acc.data();
-    const float* b = bias_.value.data();
-    auto* o = y.data();
-    const index_t PQ = pq[0] * pq[1];
-    Kokkos::parallel_for(
-        "tessera::parallel::RowParallelConv2d::forward[bias]",
-        Kokkos::RangePolicy<Exec>(exec, 0, out_[0] * OutC), KOKKOS_LAMBDA(const index_t r) {
-          const float bias = b[r % OutC];
-          for (index_t i = 0; i < PQ; ++i)
-            o[r * PQ + i] = from_float<activation_precision>(a[r * PQ + i] + bias);
-        });
-    exec.fence();
-    in_ = {x.extent(0), local_in, x.extent(2), x.extent(3)};
-    return y;
-  }
-
   /// As nn::Conv2d::backward on the shard (no communication).
-  template <class Exec, class DP, class DE>
-  Tensor<activation_precision, extents<dyn, local_in, dyn, dyn>, layout_right, M>
-  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true) {
-    static_assert(DE::rank == 4,
-                  "tessera::parallel::RowParallelConv2d::backward: dy must be (B, OutC, P, Q)");
-    if (out_[0] < 0)
-      throw value_error("tessera::parallel::RowParallelConv2d::backward: called before forward");
-    nn::detail::require_extents("tessera::parallel::RowParallelConv2d::backward", "dy", dy_in,
-                                out_);
-    const auto dy =
-        Tensor<DP, dextents<4>, layout_right, M>(dy_in.kokkos_view(), dextents<4>::from_all(out_));
-    const auto dq = dy_cast_(exec, dy);
-    conv2d_backward_weight(exec, x_.conv_input(), dq.conv_input(), weight_.grad, whole_type::params,
-                           ws_);
-    // The bias gradient as nn::Conv2d computes it (each row of Q summed first).
-    const auto* d = dy.data();
-    float* db = bias_.grad.data();
-    const index_t B = out_[0], PQ = out_[2] * out_[3], Q = out_[3], Pn = out_[2];
-    Kokkos::parallel_for(
-        "tessera::parallel::RowParallelConv2d::backward[bias]",
-        Kokkos::RangePolicy<Exec>(exec, 0, OutC), KOKKOS_LAMBDA(const index_t k) {
-          float acc = 0.f;
-          for (index_t b = 0; b < B; ++b)
-            for (index_t p = 0; p < Pn; ++p) {
-              float row = 0.f;
-              const auto* r = d + (b * OutC + k) * PQ + p * Q;
-              for (index_t q = 0; q < Q; ++q) row += to_float(r[q]);
-              acc += row;
-            }
-          db[k] = acc;
-        });
-    exec.fence();
-    if (!need_dx) return {};
-    auto dx = dx_.get(extents<dyn, local_in, dyn, dyn>(in_[0], in_[2], in_[3]));
-    conv2d_backward_data(exec, dq.conv_input(), w_.conv_input(), dx, whole_type::params, ws_);
-    return dx;
+  template <class Exec, class DY>
+  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
+    return this->inner_.backward(exec, dy, need_dx);
   }
-
-private:
-  void init(int t) {
-    detail::init_from_whole(*this, nn::Conv2d<InC, OutC, K, Opt, fp32>(seed_), T, t);
-  }
-
-  using op_p = typename nn::detail::operand_precision<P, false>::type;
-  nn::parameter<weight_extents> weight_;
-  nn::parameter<bias_extents> bias_;
-  std::uint64_t seed_;
-  tensor_group group_;
-  bool bound_ = false;
-  nn::detail::buffer<activation_precision> y_, dx_;
-  nn::detail::buffer<fp32> acc_;
-  nn::detail::operand_caster<P, false> w_cast_, x_cast_;
-  nn::detail::operand_caster<P, true> dy_cast_;
-  conv2d_workspace<M> ws_;
-  nn::detail::operand<op_p, weight_extents> w_;
-  nn::detail::operand<op_p, dextents<4>> x_;
-  std::array<index_t, 4> out_{-1, -1, -1, -1}, in_{};
 };
 
 /// What the tensor split makes of a layer.

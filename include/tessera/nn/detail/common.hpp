@@ -89,6 +89,16 @@ private:
   Kokkos::View<T*, M> v_;
 };
 
+/// What Linear and Conv2d do with the fp32 sums of their output (forward) or of their input
+/// gradient (backward), before the bias and the single rounding to the activation precision:
+/// nothing, by default. A layer that holds one shard of a larger layer passes a reduction
+/// instead (parallel/tensor_parallel.hpp: the sum over its tensor group), called as
+/// reduce(exec, sums, count) on host-accessible fp32 memory that kernels may still be writing
+/// (the reduction fences first).
+struct no_reduction {};
+template <class R>
+inline constexpr bool reduces = !std::is_same_v<R, no_reduction>;
+
 /// Runs f(begin, end) over [0, n) cut into chunks of 4096 elements, one work item each: an
 /// element-wise kernel written as a plain loop over its chunk (with its pointers copied into
 /// locals) vectorises, which a per-element Kokkos functor whose stores may alias its own
