@@ -218,24 +218,6 @@ TensorView<P, dextents<2>, layout_stride, M> matrix_view(storage_t<P>* data, ind
   return {data, dextents<2>(rows, cols), {ld, 1}};
 }
 
-/// The convolution's GEMM calls. On host spaces a product of at least 64^3 multiply-adds runs
-/// host_packed even when one extent is small: gemm_algo::automatic sends every product with an
-/// extent below 64 to the unpacked direct loops, which is right for small matrices but 20-40x
-/// slower for the convolutions' thin, long products (a reduction of C*R*S = 9 over 3920 pixels
-/// for a first layer with one input channel, or K/groups = 32 rows of dW over N*P*Q pixels).
-template <class Exec, class TA, class TB, class TC, class Opts>
-void conv_gemm(const Exec& exec, const TA& a, const TB& b, const TC& c, const Opts& opts) {
-  if constexpr (is_host_exec_v<Exec>) {
-    const double work = static_cast<double>(c.extent(0)) * static_cast<double>(c.extent(1)) *
-                        static_cast<double>(a.extent(1));
-    if (work >= static_cast<double>(direct_threshold) * direct_threshold * direct_threshold) {
-      gemm(gemm_algo::host_packed{}, exec, a, b, c, opts);
-      return;
-    }
-  }
-  gemm(exec, a, b, c, opts);
-}
-
 /// A GEMM epilogue op (gemm/epilogue.hpp) for output channel rows k0 + i of a convolution:
 /// epi(v + bias[k0 + i]), so the GEMM's single rounding to y's precision comes after both.
 template <bool HasBias, class BV, class Epi>
@@ -546,15 +528,15 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
         const auto yt = matrix_view<py, M>(
             y.data() + t.n0 * y.stride(0) + g * Kg * y.stride(1) + t.p0 * Q, Kg, cols, y.stride(1));
         if constexpr (post && fuse) {
-          conv_gemm(exec, wg, b, yt,
-                    epilogue<conv_bias_op<has_bias, BV, Epi>>{
-                        .alpha = alpha, .beta = 0.f, .ops = {{bias, g * Kg, epi}}});
+          gemm(exec, wg, b, yt,
+               epilogue<conv_bias_op<has_bias, BV, Epi>>{
+                   .alpha = alpha, .beta = 0.f, .ops = {{bias, g * Kg, epi}}});
         } else {
-          conv_gemm(exec, wg, b, yt, opts);
+          gemm(exec, wg, b, yt, opts);
           if constexpr (post) bias_epilogue<has_bias>(exec, yt, yt, bias, g * Kg, epi);
         }
       } else {
-        conv_gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
+        gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
         scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias, epi);
       }
     }
@@ -605,10 +587,10 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
   if (pb.pointwise()) { // dx[n, g] (Cg, H*W) = W_g^T dy[n, g]: no columns, one rounding
     for (index_t n = 0; n < N; ++n)
       for (index_t g = 0; g < G; ++g)
-        conv_gemm(exec, wg_t(g), dy_view(conv_tile{n, 1, 0, P}, g),
-                  matrix_view<pdx, M>(dx.data() + n * dx.stride(0) + g * Cg * dx.stride(1), Cg,
-                                      H * W, dx.stride(1)),
-                  opts);
+        gemm(exec, wg_t(g), dy_view(conv_tile{n, 1, 0, P}, g),
+             matrix_view<pdx, M>(dx.data() + n * dx.stride(0) + g * Cg * dx.stride(1), Cg, H * W,
+                                 dx.stride(1)),
+             opts);
     exec.fence();
     return;
   }
@@ -640,7 +622,7 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
       } else {
         gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
       }
-      conv_gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
+      gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
       col2im_tile(exec, dcol, t, Cg, R, S, Q, prm, target + g * Cg * tcs, tns, tcs, H, W, !single);
     }
     if constexpr (!dx_f32)
@@ -723,8 +705,8 @@ void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, c
         gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
       }
       const float beta = t.n0 == 0 && t.p0 == 0 ? 0.f : 1.f; // the first tile overwrites
-      conv_gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
-                gemm_options{.alpha = alpha, .beta = beta});
+      gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
+           gemm_options{.alpha = alpha, .beta = beta});
     }
   });
   if constexpr (!dw_f32)
