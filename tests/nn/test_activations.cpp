@@ -131,6 +131,74 @@ TEST_CASE("nn::MaxPool2d: window maxima and gradients routed to them", "[nn][poo
   CHECK_THROWS_AS(pool.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 1, 1, 5)), shape_error);
 }
 
+namespace {
+
+/// MaxPool2d<2> in precision P against its definition, element by element and bit for bit, on
+/// inputs full of ties (values from {-1, -0, 0, 1}), NaNs and wide rows (W up to 71: several
+/// 16-window SIMD steps and their tails): the first maximum in row-major window order wins, a
+/// NaN wins over any number and is then kept; dx is dy at that position, +0 elsewhere
+/// (including the rows and columns no window covers).
+template <class P>
+void maxpool2_exact_case(index_t B, index_t C, index_t H, index_t W, std::mt19937_64& g) {
+  INFO("MaxPool2d<2> exact, " << precision_traits<P>::name << ", (" << B << ", " << C << ", " << H
+                              << ", " << W << ")");
+  const index_t n = B * C * H * W, P2 = H / 2, Q = W / 2;
+  std::vector<double> v(static_cast<std::size_t>(n));
+  const double pool[] = {-1.0, -0.0, 0.0, 1.0, 0.5};
+  for (auto& e : v) e = g() % 23 == 0 ? std::nan("") : pool[g() % 5];
+  auto x = tensor_from<P>(v, dextents<4>(B, C, H, W));
+  nn::MaxPool2d<2> layer;
+  const auto y = to_doubles(layer.forward(exec, x));
+  const auto dyv = uniform_values(static_cast<std::size_t>(B * C * P2 * Q), g() % 1000);
+  const auto dy = tensor_from<P>(dyv, dextents<4>(B, C, P2, Q));
+  const auto dyr = to_doubles(dy); // dy as rounded to P
+  const auto dx = to_doubles(layer.backward(exec, dy));
+  std::vector<double> want_dx(static_cast<std::size_t>(n), 0.0);
+  int bad = 0;
+  for (index_t bc = 0; bc < B * C; ++bc)
+    for (index_t p = 0; p < P2; ++p)
+      for (index_t q = 0; q < Q; ++q) {
+        std::size_t at = 0;
+        double best = 0;
+        bool first = true;
+        for (index_t i = 0; i < 2; ++i)
+          for (index_t j = 0; j < 2; ++j) {
+            const auto k = static_cast<std::size_t>((bc * H + 2 * p + i) * W + 2 * q + j);
+            const double e = v[k];
+            if (first || e > best || (std::isnan(e) && !std::isnan(best))) {
+              best = e;
+              at = k;
+              first = false;
+            }
+          }
+        const auto o = static_cast<std::size_t>((bc * P2 + p) * Q + q);
+        const bool same = std::isnan(best)
+                              ? std::isnan(y[o])
+                              : (y[o] == best && std::signbit(y[o]) == std::signbit(best));
+        if (!same && bad++ < 5) FAIL_CHECK("y[" << o << "] = " << y[o] << ", want " << best);
+        want_dx[at] = dyr[o];
+      }
+  for (std::size_t k = 0; k < want_dx.size(); ++k)
+    if ((dx[k] != want_dx[k] || std::signbit(dx[k]) != std::signbit(want_dx[k])) && bad++ < 5)
+      FAIL_CHECK("dx[" << k << "] = " << dx[k] << ", want " << want_dx[k]);
+  CHECK(bad == 0);
+}
+
+} // namespace
+
+TEST_CASE("nn::MaxPool2d<2>: exact on ties, NaN and wide rows, fp32 and bf16", "[nn][pool]") {
+  std::mt19937_64 g(24);
+  for (int rep = 0; rep < 12; ++rep) {
+    const index_t B = 1 + index_t(g() % 3), C = 1 + index_t(g() % 4), H = 2 + index_t(g() % 9),
+                  W = 2 + index_t(g() % 70);
+    maxpool2_exact_case<fp32>(B, C, H, W, g);
+    maxpool2_exact_case<bf16>(B, C, H, W, g);
+  }
+  std::mt19937_64 g2(25); // the FashionCNN shapes
+  maxpool2_exact_case<fp32>(3, 5, 28, 28, g2);
+  maxpool2_exact_case<bf16>(3, 5, 14, 14, g2);
+}
+
 TEST_CASE("nn::Flatten: shares memory, backward restores the shape", "[nn][flatten]") {
   nn::Flatten flat;
   auto x = tensor_from<fp32>(uniform_values(2 * 3 * 4 * 5, 3), extents<dyn, 3, 4, 5>(2));

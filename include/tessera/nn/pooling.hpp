@@ -11,6 +11,7 @@
 ///   auto dx = pool.backward(exec, dy);  // (B, C, H, W), dextents
 
 #include <tessera/nn/activation.hpp>
+#include <tessera/nn/detail/maxpool2_simd.hpp>
 
 namespace tessera::nn {
 
@@ -50,6 +51,20 @@ public:
     const auto* in = x.data();
     auto* out = y.data();
     auto* arg = arg_.get(B * C * P * Q);
+#if TESSERA_MAXPOOL2_SIMD
+    if constexpr (K == 2 && detail::maxpool2::simd_v<XP> && tessera::detail::is_host_exec_v<Exec>) {
+      Kokkos::parallel_for("tessera::nn::MaxPool2d::forward[simd]",
+                           Kokkos::RangePolicy<Exec>(exec, 0, B * C * P), [=](const index_t r) {
+                             const auto* r0 = in + (r / P * H + r % P * 2) * W;
+                             detail::maxpool2::forward_row<XP>(r0, r0 + W, Q, out + r * Q,
+                                                               arg + r * Q);
+                           });
+      exec.fence();
+      in_ = {B, C, H, W};
+      out_shape_.save(y.extents());
+      return y;
+    }
+#endif
     // One work item per output row (b, c, p).
     Kokkos::parallel_for(
         "tessera::nn::MaxPool2d::forward", Kokkos::RangePolicy<Exec>(exec, 0, B * C * P),
@@ -92,6 +107,26 @@ public:
     const auto* d = dy.data();
     auto* out = dx.data();
     const auto* arg = arg_.data();
+#if TESSERA_MAXPOOL2_SIMD
+    if constexpr (K == 2 && detail::maxpool2::simd_v<DP> && tessera::detail::is_host_exec_v<Exec>) {
+      // One work item per output row (b, c, p): the two input rows under it, and the input rows
+      // below the last window (odd H) with the last p.
+      const index_t B = in_[0], C = in_[1];
+      Kokkos::parallel_for("tessera::nn::MaxPool2d::backward[simd]",
+                           Kokkos::RangePolicy<Exec>(exec, 0, B * C * P), [=](const index_t r) {
+                             const index_t bc = r / P, p = r % P;
+                             auto* plane = out + bc * H * W;
+                             detail::maxpool2::backward_rows<DP>(d + r * Q, arg + r * Q, Q, W,
+                                                                 plane + 2 * p * W,
+                                                                 plane + (2 * p + 1) * W);
+                             if (p == P - 1)
+                               for (index_t e = 2 * P * W; e < H * W; ++e)
+                                 plane[e] = from_float<DP>(0.f);
+                           });
+      exec.fence();
+      return dx;
+    }
+#endif
     // One work item per input row (b, c, h): every element is written once, no zeroing pass.
     Kokkos::parallel_for(
         "tessera::nn::MaxPool2d::backward", Kokkos::RangePolicy<Exec>(exec, 0, in_[0] * in_[1] * H),

@@ -1,0 +1,140 @@
+#pragma once
+/// \file nn/detail/maxpool2_simd.hpp
+/// AVX-512 rows of nn::MaxPool2d<2> for fp32 and bf16 on the host: 16 windows per step, the
+/// even / odd columns of a row pair split by one permute (fp32) or by the two halves of each
+/// 32-bit lane (bf16), the first-maximum-wins / NaN-propagating selection done with compare
+/// masks. Same results, bit for bit, as the portable loops in nn/pooling.hpp (the tests run
+/// both). Host only, and only when the translation unit is compiled with AVX-512 F/BW/VL.
+
+#include <tessera/config/macros.hpp>
+#include <tessera/precision/convert.hpp>
+#include <tessera/tensor/extents.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#if !TESSERA_DEVICE_PASS && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define TESSERA_MAXPOOL2_SIMD 1
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#else
+#define TESSERA_MAXPOOL2_SIMD 0
+#endif
+
+namespace tessera::nn::detail::maxpool2 {
+
+/// True when rows of precision P have the SIMD path in this translation unit.
+template <class P>
+inline constexpr bool simd_v = TESSERA_MAXPOOL2_SIMD &&
+                               (std::is_same_v<P, fp32> || std::is_same_v<P, bf16>);
+
+#if TESSERA_MAXPOOL2_SIMD
+
+/// The first n lanes (n <= 16) of a 16-lane mask.
+inline __mmask16 first(index_t n) noexcept {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u);
+}
+
+/// Windows q .. q + n of one row of storage P (n <= 16): its even columns in ev, odd in od.
+template <class P>
+inline void load_pairs(const storage_t<P>* row, index_t n, __m512& ev, __m512& od) noexcept {
+  if constexpr (std::is_same_v<P, fp32>) {
+    const __m512 lo = _mm512_maskz_loadu_ps(first(2 * n), row);
+    const __m512 hi = _mm512_maskz_loadu_ps(first(2 * n - 16 > 0 ? 2 * n - 16 : 0), row + 16);
+    const __m512i ie = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i io = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    ev = _mm512_permutex2var_ps(lo, ie, hi);
+    od = _mm512_permutex2var_ps(lo, io, hi);
+  } else {
+    // 32 bf16 codes: the low half of each 32-bit lane is an even column, the high half odd;
+    // bf16 -> fp32 is the code in a float's upper 16 bits.
+    const __mmask32 m = n >= 16 ? __mmask32(0xffffffffu) : __mmask32((1u << (2 * n)) - 1u);
+    const __m512i v = _mm512_maskz_loadu_epi16(m, row);
+    ev = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    od = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u))));
+  }
+}
+
+/// Stores n (<= 16) fp32 lanes as storage P (exact: the values came from P).
+template <class P>
+inline void store_lanes(storage_t<P>* out, index_t n, __m512 v) noexcept {
+  if constexpr (std::is_same_v<P, fp32>) {
+    _mm512_mask_storeu_ps(out, first(n), v);
+  } else {
+    const __m256i codes = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
+    _mm256_mask_storeu_epi16(out, first(n), codes);
+  }
+}
+
+/// Output row (q in [0, Q)) of the input row pair r0, r1: out[q] = the max of the window, arg[q]
+/// = its position dh * 2 + dw (first maximum wins; a NaN is taken and then kept).
+template <class P>
+inline void forward_row(const storage_t<P>* r0, const storage_t<P>* r1, index_t Q,
+                        storage_t<P>* out, std::uint8_t* arg) noexcept {
+  for (index_t q = 0; q < Q; q += 16) {
+    const index_t n = Q - q < 16 ? Q - q : 16;
+    __m512 v[4];
+    load_pairs<P>(r0 + 2 * q, n, v[0], v[1]);
+    load_pairs<P>(r1 + 2 * q, n, v[2], v[3]);
+    __m512 best = v[0];
+    __m512i at = _mm512_setzero_si512();
+    for (int k = 1; k < 4; ++k) {
+      const __mmask16 gt = _mm512_cmp_ps_mask(v[k], best, _CMP_GT_OQ);
+      const __mmask16 nan = _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
+      const __mmask16 ord = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
+      const __mmask16 take = gt | (nan & ord);
+      best = _mm512_mask_mov_ps(best, take, v[k]);
+      at = _mm512_mask_mov_epi32(at, take, _mm512_set1_epi32(k));
+    }
+    store_lanes<P>(out + q, n, best);
+    _mm_mask_storeu_epi8(arg + q, first(n), _mm512_cvtepi32_epi8(at));
+  }
+}
+
+/// The two input rows (dx0: dh = 0, dx1: dh = 1) under output row dy / arg (Q windows): dy at
+/// each window's recorded maximum, 0 elsewhere; columns [2Q, W) are zeroed.
+template <class P>
+inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index_t Q, index_t W,
+                          storage_t<P>* dx0, storage_t<P>* dx1) noexcept {
+  // Interleaving two 16-lane vectors e0 (even columns) and e1 (odd) into 32 columns.
+  const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  for (index_t q = 0; q < Q; q += 16) {
+    const index_t n = Q - q < 16 ? Q - q : 16;
+    __m512 g;
+    if constexpr (std::is_same_v<P, fp32>) {
+      g = _mm512_maskz_loadu_ps(first(n), dy + q);
+    } else {
+      const __m256i codes = _mm256_maskz_loadu_epi16(first(n), dy + q);
+      g = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+    }
+    const __m512i at = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(first(n), arg + q));
+    storage_t<P>* rows[2] = {dx0, dx1};
+    for (int dh = 0; dh < 2; ++dh) {
+      const __m512 e0 =
+          _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(2 * dh)), g);
+      const __m512 e1 =
+          _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(2 * dh + 1)), g);
+      const __m512 lo = _mm512_permutex2var_ps(e0, il, e1);
+      const __m512 hi = _mm512_permutex2var_ps(e0, ih, e1);
+      const index_t cols = 2 * n;
+      store_lanes<P>(rows[dh] + 2 * q, cols < 16 ? cols : 16, lo);
+      if (cols > 16) store_lanes<P>(rows[dh] + 2 * q + 16, cols - 16, hi);
+    }
+  }
+  for (index_t w = 2 * Q; w < W; ++w) {
+    dx0[w] = from_float<P>(0.f);
+    dx1[w] = from_float<P>(0.f);
+  }
+}
+
+#endif // TESSERA_MAXPOOL2_SIMD
+
+} // namespace tessera::nn::detail::maxpool2
