@@ -75,7 +75,7 @@ public:
           auto* out = y.data();
           for (index_t i = begin; i < end; ++i) {
             const auto v = in[i];
-            out[i] = to_float(v) > 0.f ? v : from_float<P>(0.f);
+            out[i] = detail::keep_or_zero(to_float(v) > 0.f, v);
           }
         });
     exec.fence();
@@ -105,7 +105,7 @@ public:
             const auto* y = yp;
             auto* out = dx.data();
             for (index_t i = begin; i < end; ++i)
-              out[i] = to_float(y[i]) > 0.f ? d[i] : from_float<P>(0.f);
+              out[i] = detail::keep_or_zero(to_float(y[i]) > 0.f, d[i]);
           });
     };
     run(fp32{});

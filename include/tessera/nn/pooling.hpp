@@ -143,7 +143,7 @@ public:
             const auto g = drow[q];
             const int at = arow[q];
             for (index_t dw = 0; dw < K; ++dw)
-              row[q * K + dw] = at == static_cast<int>(dh * K + dw) ? g : from_float<DP>(0.f);
+              row[q * K + dw] = detail::keep_or_zero(at == static_cast<int>(dh * K + dw), g);
           }
           for (index_t w = Q * K; w < W; ++w) row[w] = from_float<DP>(0.f);
         });

@@ -114,6 +114,21 @@ void for_chunks(const Exec& exec, const char* label, index_t n, const F& f) {
       });
 }
 
+/// v where keep is true, else +0, with no data-dependent branch (a ReLU mask is random: a
+/// branch per element mispredicts half the time; a compare-and-mask vectorises). Storage of
+/// every precision: a float, or a struct of raw bits.
+template <class S>
+TESSERA_INLINE S keep_or_zero(bool keep, S v) noexcept {
+  if constexpr (std::is_same_v<S, float>) {
+    return keep ? v : 0.f;
+  } else {
+    using bits_t = decltype(v.bits);
+    S r;
+    r.bits = static_cast<bits_t>(v.bits & static_cast<bits_t>(0u - static_cast<unsigned>(keep)));
+    return r;
+  }
+}
+
 /// The precision a GEMM / convolution operand has in compute precision Prec: the compute
 /// precision itself for fp32 and bf16; for hybrid fp8, E5M2 for gradients and E4M3 otherwise.
 template <class Prec, bool Gradient>
