@@ -132,6 +132,31 @@ TEST_CASE("conv2d fp8: all passes match the reference on random shapes", "[conv]
   random_cases<fp8_e5m2, fp8_e5m2, fp8_e5m2>(5, 40);
 }
 
+TEST_CASE("conv2d low precision, reduction C/groups*R*S < 16 and >= 16 output channels",
+          "[conv][bf16][fp8]") {
+  // A first layer (1 x 3 x 3): backward-weight widens x and dy to fp32 for the implicit path.
+  std::mt19937_64 rng(10);
+  for (int i = 0; i < 12; ++i) {
+    conv_shape s;
+    const auto in = [&](index_t lo, index_t hi) {
+      return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+    };
+    s.N = in(1, 3);
+    s.prm.groups = in(1, 2);
+    s.C = s.prm.groups * in(1, 1 + i % 2);
+    s.K = s.prm.groups * in(16, 40);
+    s.R = in(1, 3), s.S = in(1, 3);
+    s.H = in(s.R, 19), s.W = in(s.S, 19);
+    s.prm.stride_h = s.prm.stride_w = in(1, 2);
+    s.prm.pad_top = s.prm.pad_bottom = s.prm.pad_left = s.prm.pad_right = in(0, 1);
+    const std::uint64_t seed = 10000 + static_cast<std::uint64_t>(i);
+    INFO("case " << i);
+    check_all_passes<bf16, bf16, bf16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(Kokkos::DefaultExecutionSpace{}, s, seed,
+                                                   budgets[i % 3]);
+  }
+}
+
 TEST_CASE("conv2d mixed precisions: low-precision operands, fp32 outputs and back",
           "[conv][mixed]") {
   random_cases<bf16, bf16, fp32>(6, 30);         // bf16 activations and weights, fp32 output
