@@ -138,7 +138,9 @@ def main():
     ap.add_argument("--limit", type=int, default=6000, help="training images (0: all 60,000)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default="1",
+                    help="comma-separated seeds: each run repeats per seed; the table gives the mean "
+                         "accuracy and its range (the run-to-run spread) and the mean images/s")
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--precisions", default="fp32,bf16,fp8")
@@ -151,28 +153,40 @@ def main():
     import torch
     threads = [int(t) for t in args.threads.split(",")]
     precisions = args.precisions.split(",")
+    seeds = [int(x) for x in args.seeds.split(",")]
     rows = []
     torch_cache = {}
+
+    def over_seeds(run):
+        accs, speeds = zip(*(run(seed) for seed in seeds))
+        return accs, sum(speeds) / len(speeds)
+
     for t in threads:
         for p in precisions:
             tp = "bf16" if p in ("bf16", "fp8") else "fp32"
             if (tp, t) not in torch_cache:
                 print(f"[compare] PyTorch {tp}, {t} thread(s)", file=sys.stderr)
-                torch_cache[(tp, t)] = torch_run(tp, t, args.epochs, args.limit, args.batch,
-                                                 args.data, args.seed)
+                torch_cache[(tp, t)] = over_seeds(lambda seed: torch_run(
+                    tp, t, args.epochs, args.limit, args.batch, args.data, seed))
             print(f"[compare] tessera {p}, {t} thread(s)", file=sys.stderr)
-            ta, ts = tessera_run(exe, p, t, args.epochs, args.limit, args.batch, args.data,
-                                 args.seed)
+            ta, ts = over_seeds(lambda seed: tessera_run(
+                exe, p, t, args.epochs, args.limit, args.batch, args.data, seed))
             pa, ps = torch_cache[(tp, t)]
             rows.append((p, t, tp, pa, ps, ta, ts))
+
+    def acc(a):
+        mean = sum(a) / len(a)
+        return f"{mean:.2f}" if len(a) == 1 else f"{mean:.2f} ({min(a):.2f}-{max(a):.2f})"
+
     n = args.limit if args.limit else 60000
     print(f"\nFashionCNN, {args.epochs} epoch(s) on {n} training images, batch {args.batch}, "
-          f"PyTorch {torch.__version__}; accuracy on the 10,000 test images\n")
+          f"PyTorch {torch.__version__}; accuracy on the 10,000 test images, seeds {args.seeds} "
+          f"(mean, and range when several)\n")
     print("| tessera precision | threads | PyTorch (precision) | PyTorch acc % | tessera acc % "
           "| PyTorch img/s | tessera img/s | speed ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for p, t, tp, pa, ps, ta, ts in rows:
-        print(f"| {p} | {t} | {tp} | {pa:.2f} | {ta:.2f} | {ps:.0f} | {ts:.0f} | {ts / ps:.2f}x |")
+        print(f"| {p} | {t} | {tp} | {acc(pa)} | {acc(ta)} | {ps:.0f} | {ts:.0f} | {ts / ps:.2f}x |")
 
 
 if __name__ == "__main__":
