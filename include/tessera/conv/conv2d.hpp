@@ -633,21 +633,6 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
   exec.fence();
 }
 
-#if !TESSERA_DEVICE_PASS
-/// dst[i] = to_float(src[i]) for n elements on a host space, in chunks across its threads.
-template <class Exec, class S>
-void widen_host(const Exec& exec, const S* src, float* dst, std::size_t n) {
-  constexpr std::size_t chunk = 1 << 15;
-  Kokkos::parallel_for(
-      "tessera::conv2d[widen]",
-      Kokkos::RangePolicy<Exec>(exec, 0, static_cast<index_t>((n + chunk - 1) / chunk)),
-      [=](const index_t c) {
-        const std::size_t b = static_cast<std::size_t>(c) * chunk;
-        convert_n<fp32>(src + b, dst + b, n - b < chunk ? n - b : chunk);
-      });
-}
-#endif
-
 template <class Exec, class XV, class DYV, class DWV, class M>
 void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
                                  const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
@@ -662,46 +647,41 @@ void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, c
     return;
   }
 #if !TESSERA_DEVICE_PASS
-  if constexpr (implicit_capable_v<Exec, px, pdy>) {
-    if (N > 0 && Kg >= implicit_min_channels) {
+  if constexpr (implicit_capable_v<Exec, fp32, fp32>) {
+    // fp32 x and dy run the implicit path as they are. Low-precision ones only with a reduction
+    // C/groups*R*S under 16 (a first layer: 1 x 3 x 3), where the GEMM dW = dy col^T is too thin
+    // for the low-precision kernels and decodes every element in the direct loop (1 GFLOP/s for
+    // fp8): they are widened to fp32 (exact), the same products 10-25x faster.
+    constexpr bool native = implicit_capable_v<Exec, px, pdy>;
+    const bool widen = !native && crs_of(pb, Cg) < 16 && x.is_contiguous() && dy.is_contiguous();
+    if (N > 0 && Kg >= implicit_min_channels && (native || widen)) {
       namespace ic = implicit_conv;
       const auto g = forward_geometry(pb, alpha);
-      const auto floats =
-          static_cast<std::size_t>(ic::weight_parts(exec, g)) * ic::weight_scratch_floats(g);
-      auto* scratch = reinterpret_cast<float*>(ws.reserve(floats * sizeof(float)));
-      // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
-      const index_t ws0 = dw.stride(0);
-      auto* dwd = dw.data();
-      ic::run_weight(exec, g, x.data(), x.stride(0), x.stride(1), x.stride(2), dy.data(),
-                     dy.stride(0), dy.stride(1), scratch, [=](index_t k, index_t kk, float v) {
-                       dwd[k * ws0 + kk] = from_float<pdw>(v);
-                     });
-      exec.fence();
-      return;
-    }
-  } else if constexpr (implicit_capable_v<Exec, fp32, fp32> && has_vector_codec<storage_t<px>> &&
-                       has_vector_codec<storage_t<pdy>>) {
-    // Low-precision x / dy with a reduction C/groups*R*S under 16 (a first layer: 1 x 3 x 3):
-    // the GEMM dW = dy col^T is then too thin for its low-precision kernels and decodes every
-    // element in the direct loop (1 GFLOP/s for fp8). Widening x and dy to fp32 (exact) and
-    // running the fp32 implicit path computes the same products, 10-25x faster.
-    if (N > 0 && Kg >= implicit_min_channels && crs_of(pb, Cg) < 16 && x.is_contiguous() &&
-        dy.is_contiguous()) {
-      namespace ic = implicit_conv;
-      const auto g = forward_geometry(pb, alpha);
-      const std::size_t nx = static_cast<std::size_t>(x.size()), ndy = dy.size();
+      const std::size_t nx = native ? 0 : static_cast<std::size_t>(x.size());
+      const std::size_t ndy = native ? 0 : static_cast<std::size_t>(dy.size());
       const auto [x_mem, dy_mem, s_mem] =
           carve<3>(ws, {nx * 4, ndy * 4,
                         static_cast<std::size_t>(ic::weight_parts(exec, g)) *
                             ic::weight_scratch_floats(g) * 4});
-      auto* xf = reinterpret_cast<float*>(x_mem);
-      auto* dyf = reinterpret_cast<float*>(dy_mem);
-      widen_host(exec, x.data(), xf, nx);
-      widen_host(exec, dy.data(), dyf, ndy);
+      const float* xin;
+      const float* dyin;
+      std::array<index_t, 3> xs{x.stride(0), x.stride(1), x.stride(2)};
+      std::array<index_t, 2> dys{dy.stride(0), dy.stride(1)};
+      if constexpr (native) {
+        xin = x.data();
+        dyin = dy.data();
+      } else { // contiguous copies
+        auto* xf = reinterpret_cast<float*>(x_mem);
+        auto* dyf = reinterpret_cast<float*>(dy_mem);
+        convert_host_chunks<fp32, overflow_to_inf_nan>(exec, x.data(), xf, x.size());
+        convert_host_chunks<fp32, overflow_to_inf_nan>(exec, dy.data(), dyf, dy.size());
+        xin = xf, dyin = dyf;
+      }
+      // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
       const index_t ws0 = dw.stride(0);
       auto* dwd = dw.data();
       ic::run_weight(
-          exec, g, xf, C * H * W, H * W, W, dyf, K * P * Q, P * Q, reinterpret_cast<float*>(s_mem),
+          exec, g, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1], reinterpret_cast<float*>(s_mem),
           [=](index_t k, index_t kk, float v) { dwd[k * ws0 + kk] = from_float<pdw>(v); });
       exec.fence();
       return;

@@ -110,6 +110,9 @@ struct shard_spec {
   int dim = 0;
 };
 
+/// What the tensor split makes of a layer.
+enum class split_role : std::uint8_t { replicate, column, row };
+
 namespace detail {
 
 /// shard[o, i] = full[o, t, i] (host pointers).
@@ -196,9 +199,14 @@ static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, tp_memory_space>::ac
               "communicator, which needs host-accessible memory");
 
 /// What the four shard layers share: the nn layer computing this rank's shard (Inner), the
-/// group, and slicing the whole layer's initialisation (Whole, fp32, the same seed).
-template <class Inner, class Whole, int T>
+/// group, slicing the whole layer's initialisation (Whole, fp32, the same seed), and the pass
+/// that sums over the group: a column shard (split outputs) sums its partial input gradients
+/// in backward, a row shard (split inputs) its partial outputs in forward, each in fp32 before
+/// the bias and the one rounding.
+template <class Inner, class Whole, int T, split_role Role>
 class shard_layer {
+  static_assert(Role != split_role::replicate);
+
 public:
   static constexpr int tensor_size = T;
   using compute_precision = typename Inner::compute_precision;
@@ -211,6 +219,24 @@ public:
   auto& weight() noexcept { return inner_.weight(); }
   auto& bias() noexcept { return inner_.bias(); }
   auto parameters() const { return inner_.parameters(); }
+
+  template <class Exec, class X>
+  auto forward(const Exec& exec, const X& x) {
+    if constexpr (Role == split_role::row) {
+      return inner_.forward(exec, x, sum());
+    } else {
+      (void)sum(); // the bound check
+      return inner_.forward(exec, x);
+    }
+  }
+  template <class Exec, class DY>
+  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
+    if constexpr (Role == split_role::column) {
+      return inner_.backward(exec, dy, need_dx, sum());
+    } else {
+      return inner_.backward(exec, dy, need_dx);
+    }
+  }
 
 protected:
   shard_layer(const char* name, std::uint64_t seed) : inner_(seed), name_(name), seed_(seed) {}
@@ -247,13 +273,15 @@ private:
 /// sums the partial input gradients dy_t W_t over the group (fp32, rounded once).
 template <index_t In, index_t Out, int T, class P = fp32>
 class ColumnParallelLinear
-    : public detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T> {
+    : public detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T,
+                                 split_role::column> {
   static_assert(T >= 1 && Out % T == 0,
                 "tessera::parallel::ColumnParallelLinear<In, Out, T>: T must divide Out");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::ColumnParallelLinear: tensor-parallel layers compute in "
                 "fp32 or bf16");
-  using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T>;
+  using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T,
+                                   split_role::column>;
 
 public:
   static constexpr index_t local_out = Out / T;
@@ -268,16 +296,6 @@ public:
     this->init(*this, 0);
   }
   void bind(const tensor_group& g) { this->bind_to(*this, g); }
-
-  template <class Exec, class X>
-  auto forward(const Exec& exec, const X& x) {
-    (void)this->sum(); // the bound check
-    return this->inner_.forward(exec, x);
-  }
-  template <class Exec, class DY>
-  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
-    return this->inner_.backward(exec, dy, need_dx, this->sum());
-  }
 };
 
 /// Linear<In, Out, P> split by input features: W's columns of this rank's In/T inputs; the whole
@@ -285,13 +303,15 @@ public:
 /// x: (B, In/T), this rank's shard of the features.
 template <index_t In, index_t Out, int T, class P = fp32>
 class RowParallelLinear
-    : public detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T> {
+    : public detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T,
+                                 split_role::row> {
   static_assert(T >= 1 && In % T == 0,
                 "tessera::parallel::RowParallelLinear<In, Out, T>: T must divide In");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in fp32 "
                 "or bf16");
-  using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T>;
+  using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T,
+                                   split_role::row>;
 
 public:
   static constexpr index_t local_in = In / T;
@@ -304,23 +324,14 @@ public:
     this->init(*this, 0);
   }
   void bind(const tensor_group& g) { this->bind_to(*this, g); }
-
-  template <class Exec, class X>
-  auto forward(const Exec& exec, const X& x) {
-    return this->inner_.forward(exec, x, this->sum());
-  }
-  /// As nn::Linear::backward on the shard (no communication).
-  template <class Exec, class DY>
-  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
-    return this->inner_.backward(exec, dy, need_dx);
-  }
 };
 
 /// Conv2d<InC, OutC, K, Opt, P> split by output channels: this rank's OutC/T filters and biases.
 /// Backward sums the partial input gradients over the group (fp32, rounded once).
 template <index_t InC, index_t OutC, index_t K, nn::conv_options Opt, int T, class P = fp32>
-class ColumnParallelConv2d : public detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
-                                                        nn::Conv2d<InC, OutC, K, Opt, fp32>, T> {
+class ColumnParallelConv2d
+    : public detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
+                                 nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::column> {
   static_assert(
       T >= 1 && OutC % T == 0,
       "tessera::parallel::ColumnParallelConv2d<InC, OutC, K, Opt, T>: T must divide OutC");
@@ -330,7 +341,7 @@ class ColumnParallelConv2d : public detail::shard_layer<nn::Conv2d<InC, OutC / T
                 "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in fp32 "
                 "or bf16");
   using base = detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
-                                   nn::Conv2d<InC, OutC, K, Opt, fp32>, T>;
+                                   nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::column>;
 
 public:
   static constexpr index_t local_out = OutC / T;
@@ -343,24 +354,15 @@ public:
     this->init(*this, 0);
   }
   void bind(const tensor_group& g) { this->bind_to(*this, g); }
-
-  template <class Exec, class X>
-  auto forward(const Exec& exec, const X& x) {
-    (void)this->sum(); // the bound check
-    return this->inner_.forward(exec, x);
-  }
-  template <class Exec, class DY>
-  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
-    return this->inner_.backward(exec, dy, need_dx, this->sum());
-  }
 };
 
 /// Conv2d<InC, OutC, K, Opt, P> split by input channels: every filter's InC/T channels of this
 /// rank; the whole bias, added after the sum of the partial convolutions over the group.
 /// x: (B, InC/T, H, W), this rank's shard of the channels.
 template <index_t InC, index_t OutC, index_t K, nn::conv_options Opt, int T, class P = fp32>
-class RowParallelConv2d : public detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
-                                                     nn::Conv2d<InC, OutC, K, Opt, fp32>, T> {
+class RowParallelConv2d
+    : public detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
+                                 nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::row> {
   static_assert(T >= 1 && InC % T == 0,
                 "tessera::parallel::RowParallelConv2d<InC, OutC, K, Opt, T>: T must divide InC");
   static_assert(Opt.groups == 1,
@@ -369,7 +371,7 @@ class RowParallelConv2d : public detail::shard_layer<nn::Conv2d<InC / T, OutC, K
                 "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in fp32 "
                 "or bf16");
   using base = detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
-                                   nn::Conv2d<InC, OutC, K, Opt, fp32>, T>;
+                                   nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::row>;
 
 public:
   static constexpr index_t local_in = InC / T;
@@ -382,20 +384,7 @@ public:
     this->init(*this, 0);
   }
   void bind(const tensor_group& g) { this->bind_to(*this, g); }
-
-  template <class Exec, class X>
-  auto forward(const Exec& exec, const X& x) {
-    return this->inner_.forward(exec, x, this->sum());
-  }
-  /// As nn::Conv2d::backward on the shard (no communication).
-  template <class Exec, class DY>
-  auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
-    return this->inner_.backward(exec, dy, need_dx);
-  }
 };
-
-/// What the tensor split makes of a layer.
-enum class split_role : std::uint8_t { replicate, column, row };
 
 namespace detail {
 

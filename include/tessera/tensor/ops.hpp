@@ -77,8 +77,7 @@ void fill_uniform(const Exec& exec, const Tensor<P, E, L, M>& t, std::uint64_t s
   exec.fence();
 }
 template <class P, class E, class L, class M>
-void fill_uniform(const Tensor<P, E, L, M>& t, std::uint64_t seed, float lo = 0.f,
-                  float hi = 1.f) {
+void fill_uniform(const Tensor<P, E, L, M>& t, std::uint64_t seed, float lo = 0.f, float hi = 1.f) {
   fill_uniform(detail::default_exec_t<Tensor<P, E, L, M>>{}, t, seed, lo, hi);
 }
 
@@ -101,6 +100,21 @@ void fill_normal(const Tensor<P, E, L, M>& t, std::uint64_t seed, float mean = 0
   fill_normal(detail::default_exec_t<Tensor<P, E, L, M>>{}, t, seed, mean, stddev);
 }
 
+namespace detail {
+/// dst[i] = convert<To, Policy>(src[i]) for n elements on a host space: the vectorised
+/// conversion (convert_n) in parallel chunks. Not fenced.
+template <Precision To, class Policy, class Exec, class From>
+void convert_host_chunks(const Exec& exec, const From* src, storage_t<To>* dst, index_t n) {
+  // 16 Ki elements per chunk: large enough to amortise scheduling, small enough to balance.
+  constexpr index_t chunk = 16384;
+  Kokkos::parallel_for("tessera::cast", Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
+                       [=](const index_t c) {
+                         const index_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
+                         convert_n<To, Policy>(src + b, dst + b, static_cast<std::size_t>(e - b));
+                       });
+}
+} // namespace detail
+
 /// Converts src into dst (same shape and layout, any precisions), rounding to nearest even with
 /// the given overflow policy. On host spaces it runs the vectorised conversion in parallel
 /// chunks; elsewhere a scalar kernel. Both give identical bits.
@@ -119,14 +133,7 @@ void convert_into(const Exec& exec, const Tensor<P1, E1, L, M1>& dst,
   const auto* in = src.data();
   const index_t n = src.size();
   if constexpr (detail::is_host_exec_v<Exec> && !TESSERA_DEVICE_PASS) {
-    // 16 Ki elements per chunk: large enough to amortise scheduling, small enough to balance.
-    constexpr index_t chunk = 16384;
-    Kokkos::parallel_for(
-        "tessera::cast", Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
-        [=](const index_t c) {
-          const index_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
-          convert_n<P1, policy>(in + b, out + b, static_cast<std::size_t>(e - b));
-        });
+    detail::convert_host_chunks<P1, policy>(exec, in, out, n);
   } else {
     Kokkos::parallel_for(
         "tessera::cast", Kokkos::RangePolicy<Exec>(exec, 0, n),
@@ -145,8 +152,8 @@ Tensor<To, E, L, M> cast(const Exec& exec, const Tensor<P, E, L, M>& src) {
   convert_into<Policy>(exec, dst, src);
   return dst;
 }
-template <Precision To, OverflowPolicy Policy = default_overflow_t<To>, class P, class E,
-          class L, class M>
+template <Precision To, OverflowPolicy Policy = default_overflow_t<To>, class P, class E, class L,
+          class M>
 Tensor<To, E, L, M> cast(const Tensor<P, E, L, M>& src) {
   return cast<To, Policy>(detail::default_exec_t<Tensor<P, E, L, M>>{}, src);
 }
@@ -158,8 +165,7 @@ template <class NewExt, class P, class E, class L, class M, class... I>
 Tensor<P, NewExt, L, M> reshape(const Tensor<P, E, L, M>& t, I... dynamic_extents) {
   static_assert(is_extents<NewExt>::value,
                 "tessera::reshape: the target shape must be tessera::extents<...>.");
-  static_assert(!(NewExt::all_static && E::all_static) ||
-                    NewExt::static_size() == E::static_size(),
+  static_assert(!(NewExt::all_static && E::all_static) || NewExt::static_size() == E::static_size(),
                 "tessera::reshape: the new shape must have as many elements as the old one.");
   static_assert(sizeof...(I) == NewExt::rank_dynamic,
                 "tessera::reshape: give one size per dyn extent of the new shape.");
@@ -168,8 +174,7 @@ Tensor<P, NewExt, L, M> reshape(const Tensor<P, E, L, M>& t, I... dynamic_extent
   if (ne.size() != t.size())
     throw shape_error("tessera::reshape: tensor '" + t.label() + "' of shape " +
                       shape_string(t.extents()) + " has " + std::to_string(t.size()) +
-                      " elements; shape " + shape_string(ne) + " has " +
-                      std::to_string(ne.size()));
+                      " elements; shape " + shape_string(ne) + " has " + std::to_string(ne.size()));
   return Tensor<P, NewExt, L, M>(t.kokkos_view(), ne);
 }
 
