@@ -4,6 +4,7 @@
 // values as doubles; the configurations every test is instantiated over (execution space x
 // algorithm); the comparison against the double reference with the bound of
 // tests/support/tolerance.hpp; and the random shapes of issue 3.
+#include "support/exec_spaces.hpp"
 #include "support/reference_gemm.hpp"
 #include "support/tolerance.hpp"
 
@@ -19,6 +20,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tessera::testing {
@@ -61,37 +63,39 @@ struct gemm_config {
   }
 };
 
-/// Both Kokkos host backends x the algorithms that matter on a host: automatic (what users
-/// get), host_packed forced (also on the small sizes automatic would send to direct) and
-/// portable (the any-space algorithm, tested here on the host).
-using main_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::automatic>,
-                                gemm_config<Kokkos::OpenMP, gemm_algo::automatic>,
-                                gemm_config<Kokkos::Serial, gemm_algo::host_packed>,
-                                gemm_config<Kokkos::OpenMP, gemm_algo::host_packed>,
-                                gemm_config<Kokkos::Serial, gemm_algo::portable>,
-                                gemm_config<Kokkos::OpenMP, gemm_algo::portable>>;
+/// gemm_config<S, Algo> for every space S of the tuple Spaces.
+template <class Algo, class Spaces>
+struct configs_over;
+template <class Algo, class... S>
+struct configs_over<Algo, std::tuple<S...>> {
+  using type = std::tuple<gemm_config<S, Algo>...>;
+};
+template <class Algo>
+using on_host_spaces = typename configs_over<Algo, host_execution_spaces>::type;
+template <class... Tuples>
+using cat_t = decltype(std::tuple_cat(std::declval<Tuples>()...));
+
+/// Every enabled Kokkos host backend (Serial, OpenMP, Threads, HPX: whichever this Kokkos has)
+/// x the algorithms that matter on a host: automatic (what users get), host_packed forced (also
+/// on the small sizes automatic would send to direct) and portable (the any-space algorithm,
+/// tested here on the host).
+using main_configs =
+    cat_t<on_host_spaces<gemm_algo::automatic>, on_host_spaces<gemm_algo::host_packed>,
+          on_host_spaces<gemm_algo::portable>>;
 
 /// main_configs plus direct forced (also on large sizes) and the reference baseline, on the
 /// threaded backend.
-using all_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::automatic>,
-                               gemm_config<Kokkos::OpenMP, gemm_algo::automatic>,
-                               gemm_config<Kokkos::Serial, gemm_algo::host_packed>,
-                               gemm_config<Kokkos::OpenMP, gemm_algo::host_packed>,
-                               gemm_config<Kokkos::Serial, gemm_algo::portable>,
-                               gemm_config<Kokkos::OpenMP, gemm_algo::portable>,
-                               gemm_config<Kokkos::OpenMP, gemm_algo::direct>,
-                               gemm_config<Kokkos::OpenMP, gemm_algo::reference>>;
+using all_configs =
+    cat_t<main_configs, std::tuple<gemm_config<threaded_host_space, gemm_algo::direct>,
+                                   gemm_config<threaded_host_space, gemm_algo::reference>>>;
 
 /// The host algorithms (automatic, host_packed, direct) and the portable one, separately: the
 /// low-precision tests instantiate 16 precision pairs per configuration, so they are split into
 /// one program per group to keep each translation unit's build time modest.
-using host_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::automatic>,
-                                gemm_config<Kokkos::OpenMP, gemm_algo::automatic>,
-                                gemm_config<Kokkos::Serial, gemm_algo::host_packed>,
-                                gemm_config<Kokkos::OpenMP, gemm_algo::host_packed>,
-                                gemm_config<Kokkos::OpenMP, gemm_algo::direct>>;
-using portable_configs = std::tuple<gemm_config<Kokkos::Serial, gemm_algo::portable>,
-                                    gemm_config<Kokkos::OpenMP, gemm_algo::portable>>;
+using host_configs =
+    cat_t<on_host_spaces<gemm_algo::automatic>, on_host_spaces<gemm_algo::host_packed>,
+          std::tuple<gemm_config<threaded_host_space, gemm_algo::direct>>>;
+using portable_configs = on_host_spaces<gemm_algo::portable>;
 
 // ---------------------------------------------------------------------------------------------
 // Matrices.

@@ -1,7 +1,7 @@
 // tessera::gemm with fp32 operands and fp32 C against the double reference: every size of
 // issue 3 on every axis, random triples, the four transposes with padded leading dimensions,
 // alpha/beta cases (beta == 0 with NaN in C), every kind of operand type, and determinism.
-// Each test runs on every configuration (Kokkos::Serial and Kokkos::OpenMP x algorithms).
+// Each test runs on every configuration (every enabled Kokkos host space x algorithms).
 // Tolerance: tests/support/tolerance.hpp (gamma_{K+5} * sum |terms|, fp32 output).
 #include "gemm_testing.hpp"
 

@@ -12,7 +12,11 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-const Kokkos::DefaultExecutionSpace exec;
+// A new space object each time: one made at file scope would be constructed before
+// Kokkos::initialize (undefined; Kokkos 4 aborts).
+Kokkos::DefaultExecutionSpace exec_space() {
+  return {};
+}
 
 // Element-wise layers: perturbing x_i changes y_i only; its fp32 rounding (2^-24 |y_i|, |y| <= 2)
 // on L+ and L-, divided by 2h = 0.02, stays below 1e-5.
@@ -33,11 +37,11 @@ void elementwise_gradients(const char* name, index_t B, index_t C, index_t H, in
   Layer layer;
   const auto n = static_cast<std::size_t>(B * C * H * W);
   auto x = tensor_from<fp32>(away_from_zero(n, seed), dextents<4>(B, C, H, W));
-  const auto y = layer.forward(exec, x);
+  const auto y = layer.forward(exec_space(), x);
   const auto r = uniform_values(n, seed + 2);
-  const auto dx = to_host(layer.backward(exec, tensor_from<fp32>(r, y.extents())));
+  const auto dx = to_host(layer.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
   check_tensor_gradient(
-      name, x, dx, [&] { return dot(layer.forward(exec, x), r); }, 0.01f, elementwise_noise,
+      name, x, dx, [&] { return dot(layer.forward(exec_space(), x), r); }, 0.01f, elementwise_noise,
       seed + 3);
 }
 
@@ -52,7 +56,7 @@ void maxpool_case(index_t B, index_t C, index_t H, index_t W, std::uint64_t seed
   std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
   for (auto& e : v) e = -1 + 0.05 * e;
   auto x = tensor_from<fp32>(v, dextents<4>(B, C, H, W));
-  const auto y = pool.forward(exec, x);
+  const auto y = pool.forward(exec_space(), x);
   const index_t P = H / K, Q = W / K;
   REQUIRE(y.extent(2) == P);
   REQUIRE(y.extent(3) == Q);
@@ -68,10 +72,10 @@ void maxpool_case(index_t B, index_t C, index_t H, index_t W, std::uint64_t seed
         REQUIRE(yh[static_cast<std::size_t>((bc * P + p) * Q + q)] == static_cast<float>(m));
       }
   const auto r = uniform_values(static_cast<std::size_t>(y.size()), seed + 2);
-  const auto dx = to_host(pool.backward(exec, tensor_from<fp32>(r, y.extents())));
+  const auto dx = to_host(pool.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
   REQUIRE(dx.extent(2) == H);
   check_tensor_gradient(
-      "MaxPool2d dx", x, dx, [&] { return dot(pool.forward(exec, x), r); }, 0.01f,
+      "MaxPool2d dx", x, dx, [&] { return dot(pool.forward(exec_space(), x), r); }, 0.01f,
       elementwise_noise, seed + 3);
 }
 
@@ -111,7 +115,8 @@ TEST_CASE("nn::ReLU and nn::GELU: values and gradients", "[nn][activation]") {
   auto x = tensor_from<fp32>(v, extents<dyn, 3>(3));
   nn::ReLU relu;
   nn::GELU gelu;
-  const auto r = to_doubles(relu.forward(exec, x)), ge = to_doubles(gelu.forward(exec, x));
+  const auto r = to_doubles(relu.forward(exec_space(), x)),
+             ge = to_doubles(gelu.forward(exec_space(), x));
   for (std::size_t i = 0; i < v.size(); ++i) {
     CHECK(r[i] == std::max(v[i], 0.0));
     const double want = v[i] * 0.5 * (1 + std::erf(v[i] / std::sqrt(2.0)));
@@ -128,7 +133,8 @@ TEST_CASE("nn::MaxPool2d: window maxima and gradients routed to them", "[nn][poo
     maxpool_case<3>(B, C, H, W, g() % 1000);
   }
   nn::MaxPool2d<2> pool;
-  CHECK_THROWS_AS(pool.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 1, 1, 5)), shape_error);
+  CHECK_THROWS_AS(pool.forward(exec_space(), Tensor<fp32, dextents<4>>("x", 1, 1, 1, 5)),
+                  shape_error);
 }
 
 namespace {
@@ -148,11 +154,11 @@ void maxpool2_exact_case(index_t B, index_t C, index_t H, index_t W, std::mt1993
   for (auto& e : v) e = g() % 23 == 0 ? std::nan("") : pool[g() % 5];
   auto x = tensor_from<P>(v, dextents<4>(B, C, H, W));
   nn::MaxPool2d<2> layer;
-  const auto y = to_doubles(layer.forward(exec, x));
+  const auto y = to_doubles(layer.forward(exec_space(), x));
   const auto dyv = uniform_values(static_cast<std::size_t>(B * C * P2 * Q), g() % 1000);
   const auto dy = tensor_from<P>(dyv, dextents<4>(B, C, P2, Q));
   const auto dyr = to_doubles(dy); // dy as rounded to P
-  const auto dx = to_doubles(layer.backward(exec, dy));
+  const auto dx = to_doubles(layer.backward(exec_space(), dy));
   std::vector<double> want_dx(static_cast<std::size_t>(n), 0.0);
   int bad = 0;
   for (index_t bc = 0; bc < B * C; ++bc)
@@ -202,14 +208,15 @@ TEST_CASE("nn::MaxPool2d<2>: exact on ties, NaN and wide rows, fp32 and bf16", "
 TEST_CASE("nn::Flatten: shares memory, backward restores the shape", "[nn][flatten]") {
   nn::Flatten flat;
   auto x = tensor_from<fp32>(uniform_values(2 * 3 * 4 * 5, 3), extents<dyn, 3, 4, 5>(2));
-  const auto y = flat.forward(exec, x);
+  const auto y = flat.forward(exec_space(), x);
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(y)>::extents_type, extents<dyn, 60>>);
   CHECK(y.data() == x.data());
-  const auto dx = flat.backward(exec, y);
+  const auto dx = flat.backward(exec_space(), y);
   CHECK(dx.extent(0) == 2);
   CHECK(dx.extent(1) == 3);
   CHECK(dx.extent(3) == 5);
-  CHECK_THROWS_AS(flat.backward(exec, Tensor<fp32, extents<dyn, 60>>("dy", 3)), shape_error);
+  CHECK_THROWS_AS(flat.backward(exec_space(), Tensor<fp32, extents<dyn, 60>>("dy", 3)),
+                  shape_error);
 }
 
 TEST_CASE("nn::SoftmaxCrossEntropy: loss and gradient against a double reference", "[nn][loss]") {
@@ -224,13 +231,13 @@ TEST_CASE("nn::SoftmaxCrossEntropy: loss and gradient against a double reference
     const auto logits = tensor_from<fp32>(l, dextents<2>(B, C));
     nn::SoftmaxCrossEntropy ce;
     const float scale = rep % 2 ? 1.f : 1024.f; // a loss scale multiplies the gradient only
-    const auto [loss, d] = ce.forward_backward(exec, logits, labels_view(y), scale);
+    const auto [loss, d] = ce.forward_backward(exec_space(), logits, labels_view(y), scale);
     const double want = reference_ce(l, y, C);
     // Per row: C exps and a sum in fp32, relative error <= (C + 4) u of the row's terms (at
     // most 2 spread + log C); the mean of rows is exact in double, then rounded to float.
     const double row_bound = double(C + 4) * u32 * (2 * spread + std::log(double(C)) + 1);
     CHECK(std::abs(loss - want) <= row_bound + u32 * std::abs(want));
-    CHECK(ce.forward(exec, logits, labels_view(y)) == loss);
+    CHECK(ce.forward(exec_space(), logits, labels_view(y)) == loss);
     // dlogits against central differences of the double reference (h = 1e-4: truncation
     // h^2 / 6 |L'''| <= 1e-9, rounding 1e-16 / 1e-4): the fp32 kernel's error dominates, a
     // few u per element of a value <= 1/B, times the scale.
@@ -256,17 +263,17 @@ TEST_CASE("nn::SoftmaxCrossEntropy: stable for huge logits, bf16 logits, bad lab
   // exp(-2e4) ~ 0), row 1 confidently wrong by 2e4.
   const std::vector<double> l = {1e4, -1e4, 1e4, -1e4};
   const auto logits = tensor_from<fp32>(l, dextents<2>(2, 2));
-  const auto [loss, d] = ce.forward_backward(exec, logits, labels_view({0, 1}));
+  const auto [loss, d] = ce.forward_backward(exec_space(), logits, labels_view({0, 1}));
   CHECK(loss == Approx(1e4).epsilon(1e-6)); // (0 + 2e4) / 2
   const auto dh = to_doubles(d);
   CHECK(dh == std::vector<double>{0, 0, 0.5, -0.5});
 
   const auto lb = tensor_from<bf16>({0.5, -0.25, 2}, dextents<2>(1, 3));
-  const auto [lossb, db] = ce.forward_backward(exec, lb, labels_view({2}));
+  const auto [lossb, db] = ce.forward_backward(exec_space(), lb, labels_view({2}));
   CHECK(std::abs(lossb - reference_ce({0.5, -0.25, 2}, {2}, 3)) < 1e-6);
   CHECK(std::is_same_v<typename std::remove_cvref_t<decltype(db)>::precision, bf16>);
 
-  CHECK_THROWS_AS(ce.forward_backward(exec, logits, labels_view({0, 2})), value_error);
-  CHECK_THROWS_AS(ce.forward_backward(exec, logits, labels_view({-1, 0})), value_error);
-  CHECK_THROWS_AS(ce.forward_backward(exec, logits, labels_view({0})), shape_error);
+  CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, labels_view({0, 2})), value_error);
+  CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, labels_view({-1, 0})), value_error);
+  CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, labels_view({0})), shape_error);
 }

@@ -8,7 +8,11 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-const Kokkos::DefaultExecutionSpace exec;
+// A new space object each time: one made at file scope would be constructed before
+// Kokkos::initialize (undefined; Kokkos 4 aborts).
+Kokkos::DefaultExecutionSpace exec_space() {
+  return {};
+}
 
 template <index_t In, index_t Out>
 void linear_gradients(index_t B, std::uint64_t seed) {
@@ -16,12 +20,12 @@ void linear_gradients(index_t B, std::uint64_t seed) {
   nn::Linear<In, Out> fc(seed);
   auto x = tensor_from<fp32>(uniform_values(static_cast<std::size_t>(B * In), seed + 1),
                              extents<dyn, In>(B)); // (B, In)
-  const auto y = fc.forward(exec, x);              // (B, Out)
+  const auto y = fc.forward(exec_space(), x);      // (B, Out)
   REQUIRE(y.extent(0) == B);
   const auto r = uniform_values(static_cast<std::size_t>(B * Out), seed + 2);
-  const auto dx = to_host(fc.backward(exec, tensor_from<fp32>(r, y.extents())));
+  const auto dx = to_host(fc.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
   const auto dw = to_host(fc.weight().grad), db = to_host(fc.bias().grad);
-  const auto loss = [&] { return dot(fc.forward(exec, x), r); };
+  const auto loss = [&] { return dot(fc.forward(exec_space(), x), r); };
   // L is linear in each coordinate: a large step keeps the rounding noise small.
   const float h = 0.125f;
   const double wmax = 1.0 / std::sqrt(double(In)) + h, k = In + 1;
@@ -40,11 +44,11 @@ void conv_gradients(index_t B, index_t H, index_t W, std::uint64_t seed) {
   nn::Conv2d<C, K, R, O> conv(seed);
   auto x = tensor_from<fp32>(uniform_values(static_cast<std::size_t>(B * C * H * W), seed + 1),
                              dextents<4>(B, C, H, W));
-  const auto y = conv.forward(exec, x); // (B, K, P, Q)
+  const auto y = conv.forward(exec_space(), x); // (B, K, P, Q)
   const auto r = uniform_values(static_cast<std::size_t>(y.size()), seed + 2);
-  const auto dx = to_host(conv.backward(exec, tensor_from<fp32>(r, y.extents())));
+  const auto dx = to_host(conv.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
   const auto dw = to_host(conv.weight().grad), db = to_host(conv.bias().grad);
-  const auto loss = [&] { return dot(conv.forward(exec, x), r); };
+  const auto loss = [&] { return dot(conv.forward(exec_space(), x), r); };
   const float h = 0.125f;
   const double fan = double(C / O.groups * R * R), k = fan + 1;
   const double wmax = 1.0 / std::sqrt(fan) + h, A = fan * (1.0 + h) * wmax + wmax;
@@ -117,15 +121,17 @@ TEST_CASE("nn layers: PyTorch default init bounds, seed determinism", "[nn][init
 TEST_CASE("nn::Linear / Conv2d: wrong shapes throw before writing", "[nn][errors]") {
   nn::Linear<4, 3> fc(1);
   Tensor<fp32, dextents<2>> bad("bad", 2, 5);
-  CHECK_THROWS_AS(fc.forward(exec, bad), shape_error);
-  CHECK_THROWS_AS(fc.backward(exec, Tensor<fp32, extents<dyn, 3>>("dy", 2)), value_error);
+  CHECK_THROWS_AS(fc.forward(exec_space(), bad), shape_error);
+  CHECK_THROWS_AS(fc.backward(exec_space(), Tensor<fp32, extents<dyn, 3>>("dy", 2)), value_error);
   Tensor<fp32, extents<dyn, 4>> x("x", 2);
-  fc.forward(exec, x);
+  fc.forward(exec_space(), x);
   const auto before = to_doubles(fc.weight().grad);
-  CHECK_THROWS_AS(fc.backward(exec, Tensor<fp32, extents<dyn, 3>>("dy", 3)), shape_error);
+  CHECK_THROWS_AS(fc.backward(exec_space(), Tensor<fp32, extents<dyn, 3>>("dy", 3)), shape_error);
   CHECK(to_doubles(fc.weight().grad) == before);
 
   nn::Conv2d<2, 3, 3> conv(1);
-  CHECK_THROWS_AS(conv.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 3, 5, 5)), shape_error);
-  CHECK_THROWS_AS(conv.forward(exec, Tensor<fp32, dextents<4>>("x", 1, 2, 2, 5)), shape_error);
+  CHECK_THROWS_AS(conv.forward(exec_space(), Tensor<fp32, dextents<4>>("x", 1, 3, 5, 5)),
+                  shape_error);
+  CHECK_THROWS_AS(conv.forward(exec_space(), Tensor<fp32, dextents<4>>("x", 1, 2, 2, 5)),
+                  shape_error);
 }

@@ -19,7 +19,11 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-const Kokkos::DefaultExecutionSpace exec;
+// A new space object each time: one made at file scope would be constructed before
+// Kokkos::initialize (undefined; Kokkos 4 aborts).
+Kokkos::DefaultExecutionSpace exec_space() {
+  return {};
+}
 
 template <class Prec>
 struct format {
@@ -81,11 +85,11 @@ void linear_case(index_t B, double xscale, std::uint64_t seed, int forwards = 1)
   set_abs(absl.weight().value), set_abs(absl.bias().value);
   auto xv = uniform_values(static_cast<std::size_t>(B * In), seed + 1, -xscale, xscale);
   auto x = tensor_from<fp32>(xv, extents<dyn, In>(B));
-  const auto y32 = to_doubles(f32.forward(exec, x));
+  const auto y32 = to_doubles(f32.forward(exec_space(), x));
   std::vector<double> yp;
-  for (int i = 0; i < forwards; ++i) yp = to_doubles(lp.forward(exec, x));
+  for (int i = 0; i < forwards; ++i) yp = to_doubles(lp.forward(exec_space(), x));
   for (auto& e : xv) e = std::abs(e);
-  const auto A = to_doubles(absl.forward(exec, tensor_from<fp32>(xv, extents<dyn, In>(B))));
+  const auto A = to_doubles(absl.forward(exec_space(), tensor_from<fp32>(xv, extents<dyn, In>(B))));
   check_close<Prec>("Linear y", yp, y32, A, In + 1, amax_of(xv),
                     amax_of(to_doubles(f32.weight().value)));
 }
@@ -99,10 +103,11 @@ void conv_case(index_t B, index_t H, index_t W, std::uint64_t seed) {
   set_abs(absl.weight().value), set_abs(absl.bias().value);
   auto xv = uniform_values(static_cast<std::size_t>(B * C * H * W), seed + 1);
   auto x = tensor_from<fp32>(xv, dextents<4>(B, C, H, W));
-  const auto y32 = to_doubles(f32.forward(exec, x));
-  const auto yp = to_doubles(lp.forward(exec, x));
+  const auto y32 = to_doubles(f32.forward(exec_space(), x));
+  const auto yp = to_doubles(lp.forward(exec_space(), x));
   for (auto& e : xv) e = std::abs(e);
-  const auto A = to_doubles(absl.forward(exec, tensor_from<fp32>(xv, dextents<4>(B, C, H, W))));
+  const auto A =
+      to_doubles(absl.forward(exec_space(), tensor_from<fp32>(xv, dextents<4>(B, C, H, W))));
   check_close<Prec>("Conv2d y", yp, y32, A, double(C / O.groups * R * R + 1), amax_of(xv),
                     amax_of(to_doubles(f32.weight().value)));
 }

@@ -16,7 +16,11 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-const Kokkos::DefaultExecutionSpace exec;
+// A new space object each time: one made at file scope would be constructed before
+// Kokkos::initialize (undefined; Kokkos 4 aborts).
+Kokkos::DefaultExecutionSpace exec_space() {
+  return {};
+}
 
 template <class P = fp32>
 using FashionCNN =
@@ -78,12 +82,12 @@ TEST_CASE("nn::Sequential: forward output shape, dynamic batch, input check", "[
   for (index_t B : {1, 3, 64}) {
     Tensor<fp32, in_t> x("x", B);
     fill_uniform(x, 5, -1.f, 1.f);
-    const auto y = model.forward(exec, x);
+    const auto y = model.forward(exec_space(), x);
     static_assert(std::is_same_v<std::remove_cvref_t<decltype(y)>::extents_type, extents<dyn, 10>>);
     CHECK(y.extent(0) == B);
   }
   Tensor<fp32, dextents<4>> wrong("x", 2, 1, 28, 27);
-  CHECK_THROWS_AS(model.forward(exec, wrong), shape_error);
+  CHECK_THROWS_AS(model.forward(exec_space(), wrong), shape_error);
 }
 
 TEST_CASE("nn::Sequential: gradients of a small CNN under cross-entropy match finite "
@@ -98,9 +102,11 @@ TEST_CASE("nn::Sequential: gradients of a small CNN under cross-entropy match fi
                                extents<dyn, 2, 7, 6>(B)); // (B, 2, 7, 6)
     Kokkos::View<int*> y("y", B);
     for (index_t i = 0; i < B; ++i) y(i) = static_cast<int>((seed + i) % 4);
-    const auto [l, d] = ce.forward_backward(exec, model.forward(exec, x), y);
-    const auto dx = to_host(model.backward(exec, d, /*need_input_grad=*/true));
-    const auto loss = [&] { return double(ce.forward(exec, model.forward(exec, x), y)); };
+    const auto [l, d] = ce.forward_backward(exec_space(), model.forward(exec_space(), x), y);
+    const auto dx = to_host(model.backward(exec_space(), d, /*need_input_grad=*/true));
+    const auto loss = [&] {
+      return double(ce.forward(exec_space(), model.forward(exec_space(), x), y));
+    };
     // The loss is smooth: truncation h^2/6 |L'''| ~ 1e-7 with h = 1e-3. The loss is an fp32 value
     // ~2: its rounding (~2.4e-7), divided by 2h, is 1.2e-4 on each side; 4e-4 covers both and the
     // sums' rounding inside the layers.
@@ -121,8 +127,8 @@ TEST_CASE("nn::Sequential: backward overwrites gradients (no accumulation)", "[n
   auto x = tensor_from<fp32>(uniform_values(4 * 84, 1), extents<dyn, 2, 7, 6>(4));
   Kokkos::View<int*> y("y", 4);
   const auto once = [&] {
-    const auto [l, d] = ce.forward_backward(exec, model.forward(exec, x), y);
-    model.backward(exec, d);
+    const auto [l, d] = ce.forward_backward(exec_space(), model.forward(exec_space(), x), y);
+    model.backward(exec_space(), d);
     return to_doubles(model.layer<1>().weight().grad);
   };
   const auto g1 = once();
@@ -154,8 +160,8 @@ TEST_CASE("nn::Sequential: fp8_states reach every fp8 slot and round-trip throug
   const auto step = [&](float gain) {
     Tensor<fp32, extents<dyn, 2, 7, 6>> xs("xs", 3);
     for (index_t i = 0; i < xs.size(); ++i) xs.data()[i] = gain * x.data()[i];
-    model.forward(exec, xs);
-    model.backward(exec, cast<bf16>(dy));
+    model.forward(exec_space(), xs);
+    model.backward(exec_space(), cast<bf16>(dy));
   };
   const auto snapshot = [&] {
     std::vector<std::vector<float>> out;

@@ -18,7 +18,11 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-const Kokkos::DefaultExecutionSpace exec;
+// A new space object each time: one made at file scope would be constructed before
+// Kokkos::initialize (undefined; Kokkos 4 aborts).
+Kokkos::DefaultExecutionSpace exec_space() {
+  return {};
+}
 
 template <class P>
 using SmallCNN =
@@ -45,33 +49,36 @@ batch make_batch(const data::labelled_images& d, const std::vector<std::int64_t>
 }
 
 template <class P>
-std::pair<double, double> train_run(const data::labelled_images& train_set,
-                                    const batch& held_out) {
+std::pair<double, double> train_run(const data::labelled_images& train_set, const batch& held_out) {
   SmallCNN<P> model(2026);
   nn::SoftmaxCrossEntropy ce;
   train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
   train::dynamic_scaler<> scaler;
   const auto params = model.parameters();
-  const double before = ce.forward(exec, model.forward(exec, held_out.x), held_out.y);
+  const double before =
+      ce.forward(exec_space(), model.forward(exec_space(), held_out.x), held_out.y);
   std::vector<std::int64_t> order(2000);
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::iota(order.begin(), order.end(), std::int64_t{0});
     std::shuffle(order.begin(), order.end(), std::mt19937_64(epoch));
     for (std::size_t b = 0; b < order.size(); b += 50) {
-      const auto bt = make_batch(
-          train_set, std::vector<std::int64_t>(order.begin() + long(b), order.begin() + long(b) + 50));
-      const auto logits = model.forward(exec, bt.x);
+      const auto bt =
+          make_batch(train_set, std::vector<std::int64_t>(order.begin() + long(b),
+                                                          order.begin() + long(b) + 50));
+      const auto logits = model.forward(exec_space(), bt.x);
       const bool scaled = !std::is_same_v<P, fp32>;
-      const auto [l, d] = ce.forward_backward(exec, logits, bt.y, scaled ? scaler.scale() : 1.f);
-      model.backward(exec, d);
+      const auto [l, d] =
+          ce.forward_backward(exec_space(), logits, bt.y, scaled ? scaler.scale() : 1.f);
+      model.backward(exec_space(), d);
       if (scaled) {
-        train::step(exec, opt, scaler, params);
+        train::step(exec_space(), opt, scaler, params);
       } else {
-        opt.step(exec, params);
+        opt.step(exec_space(), params);
       }
     }
   }
-  const double after = ce.forward(exec, model.forward(exec, held_out.x), held_out.y);
+  const double after =
+      ce.forward(exec_space(), model.forward(exec_space(), held_out.x), held_out.y);
   return {before, after};
 }
 

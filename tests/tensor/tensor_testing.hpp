@@ -1,6 +1,8 @@
 #pragma once
 // Shared by the tensor tests: the execution spaces and precisions they are instantiated over, and
 // bitwise comparison of storage values.
+#include "support/exec_spaces.hpp"
+
 #include <tessera/tensor.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -13,19 +15,9 @@
 
 namespace tessera::testing {
 
-/// Host execution spaces every kernel-running test is instantiated over: Serial (one thread) and
-/// OpenMP (all the threads Kokkos was started with), when Kokkos has them.
-using host_exec_spaces = std::tuple<
-#if defined(KOKKOS_ENABLE_SERIAL)
-    Kokkos::Serial
-#endif
-#if defined(KOKKOS_ENABLE_SERIAL) && defined(KOKKOS_ENABLE_OPENMP)
-    ,
-#endif
-#if defined(KOKKOS_ENABLE_OPENMP)
-    Kokkos::OpenMP
-#endif
-    >;
+/// Host execution spaces every kernel-running test is instantiated over: every host space this
+/// Kokkos enables (Serial: one thread; OpenMP, Threads or HPX: all the threads Kokkos has).
+using host_exec_spaces = host_execution_spaces;
 
 /// Every precision tessera has, as a Hana tuple of types for hana::for_each.
 inline constexpr auto all_precisions = boost::hana::tuple_t<fp32, bf16, fp8_e4m3, fp8_e5m2>;

@@ -43,28 +43,30 @@ moments moments_of(const H& h) {
 
 } // namespace
 
-#if defined(KOKKOS_ENABLE_SERIAL) && defined(KOKKOS_ENABLE_OPENMP)
-TEST_CASE("random fills give the same bits on Serial and OpenMP, for any size and shape",
-          "[tensor][random]") {
-  INFO("OpenMP threads: " << Kokkos::OpenMP::concurrency());
-  if (Kokkos::OpenMP::concurrency() < 2)
-    WARN("OpenMP runs one thread: Serial vs OpenMP does not vary the thread count here");
+#if defined(KOKKOS_ENABLE_SERIAL)
+TEST_CASE(
+    "random fills give the same bits on Serial and the threaded host space, for any size and shape",
+    "[tensor][random]") {
+  using par = threaded_host_space; // OpenMP, Threads or HPX (Serial when it is the only one)
+  INFO(par::name() << " threads: " << par().concurrency());
+  if (par().concurrency() < 2)
+    WARN(par::name() << " runs one thread: Serial vs it does not vary the thread count here");
   for_each_type(all_precisions, [&]<class P>() {
     INFO(precision_traits<P>::name);
     for (const index_t n : {index_t{1}, index_t{31}, index_t{10007}, index_t{262147}}) {
       INFO("n = " << n);
       vec<P, Kokkos::Serial> s("s", n), s2("s2", n);
-      vec<P, Kokkos::OpenMP> o("o", n), o2("o2", n);
+      vec<P, par> o("o", n), o2("o2", n);
       fill_uniform(Kokkos::Serial{}, s, 42, -3.f, 5.f);
-      fill_uniform(Kokkos::OpenMP{}, o, 42, -3.f, 5.f);
+      fill_uniform(par{}, o, 42, -3.f, 5.f);
       REQUIRE(first_bitwise_difference(s, o) == -1);
       fill_normal(Kokkos::Serial{}, s2, 42, 1.f, 2.f);
-      fill_normal(Kokkos::OpenMP{}, o2, 42, 1.f, 2.f);
+      fill_normal(par{}, o2, 42, 1.f, 2.f);
       REQUIRE(first_bitwise_difference(s2, o2) == -1);
 
       // A longer tensor is split differently among threads; its first n elements are the same.
-      vec<P, Kokkos::OpenMP> longer("longer", 2 * n + 5);
-      fill_uniform(Kokkos::OpenMP{}, longer, 42, -3.f, 5.f);
+      vec<P, par> longer("longer", 2 * n + 5);
+      fill_uniform(par{}, longer, 42, -3.f, 5.f);
       for (index_t i = 0; i < n; ++i) REQUIRE(bits_of(longer.data()[i]) == bits_of(s.data()[i]));
     }
     // Element i depends on (seed, i) only, not on the shape: a (7, 11, 13) tensor holds the same

@@ -1,5 +1,7 @@
 #pragma once
 // Shared by the train tests: small parameter sets, host snapshots and bitwise comparisons.
+#include "support/exec_spaces.hpp"
+
 #include <tessera/nn/parameter.hpp>
 #include <tessera/tensor.hpp>
 
@@ -15,19 +17,9 @@
 
 namespace tessera::testing {
 
-/// Host execution spaces the train tests run over (both can reach the default memory space,
-/// HostSpace, in this build).
-using train_exec_spaces = std::tuple<
-#if defined(KOKKOS_ENABLE_SERIAL)
-    Kokkos::Serial
-#endif
-#if defined(KOKKOS_ENABLE_SERIAL) && defined(KOKKOS_ENABLE_OPENMP)
-    ,
-#endif
-#if defined(KOKKOS_ENABLE_OPENMP)
-    Kokkos::OpenMP
-#endif
-    >;
+/// Execution spaces the train tests run over: every space that can run on the default memory
+/// space (every enabled host space in a host build, the default device space in a device one).
+using train_exec_spaces = tessera::testing::default_memory_exec_spaces;
 
 /// A copy of a Kokkos view of floats on the host.
 template <class View>

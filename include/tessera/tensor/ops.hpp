@@ -4,6 +4,7 @@
 /// Each takes an optional execution space first; without one, the memory space's default
 /// execution space runs it. Element i of a random fill depends only on (seed, i).
 
+#include <tessera/config/kokkos_compat.hpp> // is_host_exec_v: Exec runs on the host
 #include <tessera/precision/vector_convert.hpp>
 #include <tessera/tensor/random.hpp>
 #include <tessera/tensor/tensor.hpp>
@@ -13,10 +14,6 @@
 namespace tessera {
 
 namespace detail {
-template <class Exec>
-constexpr bool is_host_exec_v =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-
 template <class T>
 using default_exec_t = typename T::memory_space::execution_space;
 

@@ -74,7 +74,8 @@ public:
   operator view_type() const { return view(); } // NOLINT: a tensor is usable where a view is
   auto slice(index_t begin, index_t end) const { return view().slice(begin, end); }
 
-  storage_type* data() const noexcept { return data_.data(); }
+  /// The first element (device-callable, like Kokkos::View::data()).
+  TESSERA_INLINE storage_type* data() const noexcept { return data_.data(); }
   const kokkos_view_type& kokkos_view() const noexcept { return data_; }
   const Ext& extents() const noexcept { return ext_; }
   index_t extent(std::size_t i) const noexcept { return ext_.extent(i); }

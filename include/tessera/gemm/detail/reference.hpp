@@ -7,6 +7,7 @@
 /// strides allow (gemm_direct_host_rows when B's rows are contiguous, gemm_direct_host_dots when
 /// A's rows and B's columns are); the generic loop stays for every other case and on devices.
 
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 
 #include <type_traits>

@@ -1,0 +1,23 @@
+#pragma once
+// The execution spaces a test runs over, from what this Kokkos enables (Serial, OpenMP, Threads,
+// HPX; a device space), so that the same suite runs with any backend.
+#include <tessera/config/kokkos_compat.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <tuple>
+#include <type_traits>
+
+namespace tessera::testing {
+
+/// The spaces that can run on tensors in the default memory space: every enabled host space
+/// when the default execution space is a host space, else the default (device) space alone.
+using default_memory_exec_spaces =
+    std::conditional_t<is_host_execution_space_v<Kokkos::DefaultExecutionSpace>,
+                       host_execution_spaces, std::tuple<Kokkos::DefaultExecutionSpace>>;
+
+/// The last enabled host space: the threaded one (OpenMP, Threads or HPX) where there is one.
+using threaded_host_space =
+    std::tuple_element_t<std::tuple_size_v<host_execution_spaces> - 1, host_execution_spaces>;
+
+} // namespace tessera::testing
