@@ -24,6 +24,7 @@
 #include <tessera/config/error.hpp>
 #include <tessera/precision/storage.hpp>
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <cstdlib>
@@ -162,26 +163,29 @@ public:
   void send(const T* buf, std::int64_t n, int peer, int tag) {
     detail::check_comm_args("send", n, peer, 1);
     const auto* bytes = reinterpret_cast<const unsigned char*>(buf);
-    mailbox_->messages[tag].emplace_back(bytes, bytes + sizeof(T) * std::size_t(n));
+    mailbox_->messages.emplace_back(
+        tag, std::vector<unsigned char>(bytes, bytes + sizeof(T) * std::size_t(n)));
   }
   template <CommScalar T>
   void recv(T* buf, std::int64_t n, int peer, int tag) {
     detail::check_comm_args("recv", n, peer, 1);
-    auto& queue = mailbox_->messages[tag];
-    if (queue.empty())
+    auto& all = mailbox_->messages;
+    const auto it =
+        std::find_if(all.begin(), all.end(), [&](const auto& e) { return e.first == tag; });
+    if (it == all.end())
       throw value_error("tessera::parallel::single_process_communicator::recv: no message with "
                         "tag " +
                         std::to_string(tag) +
                         " was sent (a single process would wait "
                         "forever)");
-    std::vector<unsigned char>& m = queue.front();
+    const std::vector<unsigned char>& m = it->second;
     if (m.size() != sizeof(T) * std::size_t(n))
       throw value_error("tessera::parallel::single_process_communicator::recv: the message "
                         "with tag " +
                         std::to_string(tag) + " has " + std::to_string(m.size()) +
                         " bytes, the receive expects " + std::to_string(sizeof(T) * n));
     if (n > 0) std::memcpy(buf, m.data(), m.size());
-    queue.pop_front();
+    all.erase(it);
   }
   template <CommScalar T>
   request isend(const T* buf, std::int64_t n, int peer, int tag) {
@@ -201,8 +205,10 @@ public:
   [[noreturn]] void abort(int code) { std::exit(code); }
 
 private:
+  // Messages in send order, each with its tag; recv takes the oldest of its tag. (Not a map of
+  // deques: hipcc 5.2 (clang 15) crashes instantiating one inside make_shared.)
   struct mailbox {
-    std::map<int, std::deque<std::vector<unsigned char>>> messages;
+    std::vector<std::pair<int, std::vector<unsigned char>>> messages;
   };
   std::shared_ptr<mailbox> mailbox_ = std::make_shared<mailbox>();
 };

@@ -1,0 +1,1 @@
+// Builds the precompiled header of the test programs (tests/CMakeLists.txt).
