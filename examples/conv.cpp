@@ -7,8 +7,10 @@
 int main(int argc, char* argv[]) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   using namespace tessera; // NOLINT: example program
-  using tensor4 = Tensor<fp32, dextents<4>>;
-  const Kokkos::DefaultExecutionSpace exec;
+  // Host tensors and a host space: the loss and the SGD step below read and write elements
+  // directly (also where Kokkos' default memory space is a GPU's).
+  using tensor4 = Tensor<fp32, dextents<4>, layout_right, Kokkos::HostSpace>;
+  const Kokkos::DefaultHostExecutionSpace exec;
 
   const index_t N = 8, C = 3, H = 32, W = 32, K = 16; // a batch of small RGB images
   const conv2d_params p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
@@ -16,16 +18,15 @@ int main(int argc, char* argv[]) {
 
   tensor4 x("x", N, C, H, W); // (N, C, H, W) input
   tensor4 w("w", K, C, 3, 3); // (K, C, R, S) weights
-  Tensor<fp32, dextents<1>> b("b", K), db("db", K);
+  Tensor<fp32, dextents<1>, layout_right, Kokkos::HostSpace> b("b", K), db("db", K);
   tensor4 target("target", N, K, P, Q), y("y", N, K, P, Q), dy("dy", N, K, P, Q);
   tensor4 dx("dx", N, C, H, W), dw("dw", K, C, 3, 3);
   fill_normal(x, 1);
   fill_normal(w, 2, 0.f, 0.2f);
   fill_normal(target, 3);
 
-  conv2d_workspace<> ws; // scratch memory, reused by every call below
-  // L = 1/2 sum (y - target)^2 and dy = dL/dy = y - target, on the host (the tensors live in
-  // host memory with the default OpenMP / Serial Kokkos builds).
+  conv2d_workspace<Kokkos::HostSpace> ws; // scratch memory, reused by every call below
+  // L = 1/2 sum (y - target)^2 and dy = dL/dy = y - target, on the host.
   const auto loss = [&] {
     conv2d_forward(exec, x, w, b, y, p, ws);
     double l = 0;
