@@ -24,7 +24,8 @@ void linear_gradients(index_t B, std::uint64_t seed) {
   REQUIRE(y.extent(0) == B);
   const auto r = uniform_values(static_cast<std::size_t>(B * Out), seed + 2);
   const auto dx = to_host(fc.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
-  const auto dw = to_host(fc.weight().grad), db = to_host(fc.bias().grad);
+  const auto dw = to_host(fc.weight().grad); // two declarations: different tensor types
+  const auto db = to_host(fc.bias().grad);
   const auto loss = [&] { return dot(fc.forward(exec_space(), x), r); };
   // L is linear in each coordinate: a large step keeps the rounding noise small.
   const float h = 0.125f;
@@ -47,7 +48,8 @@ void conv_gradients(index_t B, index_t H, index_t W, std::uint64_t seed) {
   const auto y = conv.forward(exec_space(), x); // (B, K, P, Q)
   const auto r = uniform_values(static_cast<std::size_t>(y.size()), seed + 2);
   const auto dx = to_host(conv.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
-  const auto dw = to_host(conv.weight().grad), db = to_host(conv.bias().grad);
+  const auto dw = to_host(conv.weight().grad); // two declarations: different tensor types
+  const auto db = to_host(conv.bias().grad);
   const auto loss = [&] { return dot(conv.forward(exec_space(), x), r); };
   const float h = 0.125f;
   const double fan = double(C / O.groups * R * R), k = fan + 1;
