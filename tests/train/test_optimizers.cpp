@@ -121,7 +121,8 @@ TEST_CASE("sgd: hand-computed steps (plain, momentum, Nesterov, weight decay, da
           "[train][optim]") {
   const Kokkos::DefaultHostExecutionSpace exec{};
   auto run = [&](train::sgd opt, int steps) {
-    auto params = boost::hana::make_tuple(nn::parameter<extents<1>>("w", {}));
+    // Host parameters: the test reads and writes elements directly.
+    auto params = boost::hana::make_tuple(nn::parameter<extents<1>, Kokkos::HostSpace>("w", {}));
     auto& p = boost::hana::at_c<0>(params);
     p.value(0) = 1.f;
     std::vector<float> ws;
@@ -153,7 +154,8 @@ TEST_CASE("sgd: hand-computed steps (plain, momentum, Nesterov, weight decay, da
 
 TEST_CASE("adamw: hand-computed first steps (bias correction, decoupled decay)", "[train][optim]") {
   const Kokkos::DefaultHostExecutionSpace exec{};
-  auto params = boost::hana::make_tuple(nn::parameter<extents<2>>("w", {}));
+  // Host parameters: the test reads and writes elements directly.
+  auto params = boost::hana::make_tuple(nn::parameter<extents<2>, Kokkos::HostSpace>("w", {}));
   auto& p = boost::hana::at_c<0>(params);
   p.value(0) = 1.f;
   p.value(1) = -2.f;
@@ -246,7 +248,7 @@ TEMPLATE_LIST_TEST_CASE("optimizers are bitwise repeatable on one execution spac
 
 TEST_CASE("optimizers refuse other parameters and bad hyper-parameters, changing nothing",
           "[train][optim]") {
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const Kokkos::DefaultExecutionSpace exec{}; // the parameters' (default) memory space
   auto params = make_params();
   randomize_params(params, 21);
   train::sgd opt{.lr = 0.1f, .momentum = 0.9f};
@@ -293,7 +295,7 @@ TEST_CASE("optimizers refuse other parameters and bad hyper-parameters, changing
 }
 
 TEST_CASE("a copied optimizer owns its state", "[train][optim]") {
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const Kokkos::DefaultExecutionSpace exec{}; // the parameters' (default) memory space
   auto params = make_params();
   randomize_params(params, 31);
   train::adamw opt{.lr = 0.01f};
