@@ -45,20 +45,20 @@ public:
   /// Allocates a zero-filled tensor; exactly one size per dynamic extent (checked at compile
   /// time, with a message), e.g. Tensor<fp32, extents<dyn, 3>>("x", 64) is (64, 3).
   template <class... I>
-    requires(std::is_convertible_v<I, index_t> && ...)
-  explicit Tensor(const std::string& label, I... dynamic_extents)
+  requires(std::is_convertible_v<I, index_t>&&...) explicit Tensor(const std::string& label,
+                                                                   I... dynamic_extents)
       : Tensor(label, make_ext(dynamic_extents...)) {}
 
   /// Allocates a zero-filled tensor of the given extents.
-  Tensor(const std::string& label, const Ext& e)
-      : ext_(e), data_(label, static_cast<std::size_t>(e.size())) {}
+  /// Throws shape_error, allocating nothing, when the byte count does not fit in a ptrdiff_t.
+  Tensor(const std::string& label, const Ext& e) : ext_(e), data_(label, alloc_count(label, e)) {}
 
   /// Allocates without initialising the elements (the caller overwrites them all).
   static Tensor uninitialized(const std::string& label, const Ext& e) {
     Tensor t;
     t.ext_ = e;
     t.data_ = kokkos_view_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
-                               static_cast<std::size_t>(e.size()));
+                               alloc_count(label, e));
     return t;
   }
 
@@ -84,12 +84,23 @@ public:
 
   /// Element access from host code (a host memory space). Kernels capture view() instead.
   template <class... I>
-    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
-  storage_type& operator()(I... idx) const noexcept {
+  requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...)) storage_type&
+  operator()(I... idx) const noexcept {
     return view()(idx...);
   }
 
 private:
+  /// e.size() as the element count to allocate, after checking that its bytes are addressable
+  /// (the extents themselves already checked that the count fits in int64).
+  static std::size_t alloc_count(const std::string& label, const Ext& e) {
+    if (!detail::fits_bytes(e.size(), sizeof(storage_type)))
+      throw shape_error("tessera::Tensor: tensor '" + label + "' of shape " + shape_string(e) +
+                        " would need " + std::to_string(e.size()) + " elements of " +
+                        std::to_string(sizeof(storage_type)) +
+                        " bytes, more bytes than a 64-bit address range holds");
+    return static_cast<std::size_t>(e.size());
+  }
+
   template <class... I>
   static Ext make_ext(I... d) {
     static_assert(sizeof...(I) == Ext::rank_dynamic,
@@ -113,12 +124,11 @@ struct is_tensor<Tensor<P, E, L, M>> : std::true_type {};
 
 /// A tensor of the same shape and layout in another precision or memory space.
 template <Precision P2, class T, class Space2 = typename T::memory_space>
-using rebind_tensor_t =
-    Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
+using rebind_tensor_t = Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
 
 /// A host tensor with the same precision, shape and layout (for reading results).
 template <class T>
-using host_tensor_t = Tensor<typename T::precision, typename T::extents_type,
-                             typename T::layout, Kokkos::HostSpace>;
+using host_tensor_t =
+    Tensor<typename T::precision, typename T::extents_type, typename T::layout, Kokkos::HostSpace>;
 
 } // namespace tessera
