@@ -62,6 +62,11 @@ TESSERA_INLINE float load_as_float(const void* p, code c, index_t off) noexcept 
   }
 }
 
+/// Bytes per element of precision code c.
+constexpr std::int64_t code_bytes(code c) noexcept {
+  return c == code::f32 ? 4 : c == code::b16 ? 2 : 1;
+}
+
 template <class T>
 auto as_view_of(const T& t) {
   if constexpr (is_tensor<T>::value) {
@@ -130,11 +135,6 @@ struct matrix_arg {
                                         {rows < 0 ? 0 : rows, cols < 0 ? 0 : cols}, {s0, s1});
   }
 };
-
-/// Bytes per element of precision code c.
-constexpr std::int64_t code_bytes(code c) noexcept {
-  return c == code::f32 ? 4 : c == code::b16 ? 2 : 1;
-}
 
 inline std::string len_string(index_t n) {
   return std::to_string(n);
