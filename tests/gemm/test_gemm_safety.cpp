@@ -72,9 +72,8 @@ TEMPLATE_LIST_TEST_CASE("gemm refuses epilogue operands that overlap C (K beyond
                TestType::run(a.view, b.view, c.view, make_epilogue({}, epi::bias_row{col5}));
              }),
              Contains("bias_row") && Contains("overlaps C"));
-  CHECK_THROWS_AS(
-      TestType::run(a.view, b.view, c.view, make_epilogue({}, epi::residual{shifted})),
-      shape_error);
+  CHECK_THROWS_AS(TestType::run(a.view, b.view, c.view, make_epilogue({}, epi::residual{shifted})),
+                  shape_error);
   CHECK(same());
 
   // The padding columns of C's allocation (pad 3) hold no element of C: a bias stored there
@@ -82,13 +81,12 @@ TEMPLATE_LIST_TEST_CASE("gemm refuses epilogue operands that overlap C (K beyond
   const vec_view<fp32> in_pad(c.view.data() + n + 1, dextents<1>(m), {c.view.stride(0)});
   std::vector<float> bias_vals(static_cast<std::size_t>(m));
   for (index_t i = 0; i < m; ++i) in_pad(i) = bias_vals[static_cast<std::size_t>(i)] = 0.25f * i;
-  REQUIRE_NOTHROW(
-      TestType::run(a.view, b.view, c.view, make_epilogue({}, epi::bias_row{in_pad})));
+  REQUIRE_NOTHROW(TestType::run(a.view, b.view, c.view, make_epilogue({}, epi::bias_row{in_pad})));
   const auto ref = reference_plus(a.values, b.values, [&](index_t i, index_t) {
     return static_cast<double>(bias_vals[static_cast<std::size_t>(i)]);
   });
-  CHECK(check_against_reference<fp32>(TestType::name() + " bias in C's padding",
-                                      to_dmatrix(c.view), ref, k) == 0);
+  CHECK(check_against_reference<fp32>(TestType::name() + " bias in C's padding", to_dmatrix(c.view),
+                                      ref, k) == 0);
   for (index_t i = 0; i < m; ++i) CHECK(in_pad(i) == bias_vals[static_cast<std::size_t>(i)]);
 }
 
@@ -163,9 +161,8 @@ TEMPLATE_LIST_TEST_CASE("gemm_batched: disjoint interleaved batches are legal, o
              Contains("tessera::gemm_batched"));
   // A residual that is C[0]'s memory: refused in every matrix.
   const strided_matrix_view<fp32> r0(c3.data(), dextents<2>(m, n), {k + n, 1});
-  CHECK_THAT(message_of<shape_error>([&] {
-               TestType::run_batched(a3, b, c3, make_epilogue({}, epi::residual{r0}));
-             }),
+  CHECK_THAT(message_of<shape_error>(
+                 [&] { TestType::run_batched(a3, b, c3, make_epilogue({}, epi::residual{r0})); }),
              Contains("tessera::gemm_batched") && Contains("residual"));
   CHECK(std::equal(mid.begin(), mid.end(), buf.data()));
 }
@@ -187,9 +184,8 @@ TEMPLATE_LIST_TEST_CASE("gemm refuses scales that are not positive, finite and n
                Contains("tessera::gemm") && Contains("scale of A"));
     CHECK_THAT(message_of<value_error>([&] { TestType::run(a.view, scaled(b.view, s), c.view); }),
                Contains("tessera::gemm") && Contains("scale of B"));
-    CHECK_THAT(message_of<value_error>([&] {
-                 TestType::run(scaled(a.view, 2.f), b.view, scaled(c8.view, s));
-               }),
+    CHECK_THAT(message_of<value_error>(
+                   [&] { TestType::run(scaled(a.view, 2.f), b.view, scaled(c8.view, s)); }),
                Contains("tessera::gemm") && Contains("scale of C"));
     // gemm_batched: one rank-3 view of each.
     using v3 = TensorView<fp8_e4m3, dextents<3>, layout_stride, host_space>;

@@ -31,7 +31,7 @@ struct extents {
 
   static_assert(
       [] {
-        std::int64_t p = 1;
+        [[maybe_unused]] std::int64_t p = 1;
         return ((Es == dyn || Es == 0 || detail::checked_mul(p, Es, p)) && ... && true);
       }(),
       "tessera::extents: the product of the static extents overflows 64-bit integers.");
