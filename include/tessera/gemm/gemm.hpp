@@ -15,8 +15,8 @@
 /// accepted as scale 1, rounding with overflow to inf/NaN like from_float (conv2d relies on it).
 ///
 /// beta == 0 ignores C's old contents (NaN in C does not leak), as BLAS does. C must not overlap
-/// A, B or an epilogue operand (bias, residual) — exactly: views that only share an allocation,
-/// such as two column halves of one matrix, are fine (tensor/overlap.hpp) — and its strides
+/// A, B or an epilogue operand (bias, residual), exactly (views that only share an allocation,
+/// such as two column halves of one matrix, are fine: tensor/overlap.hpp), and its strides
 /// must give every element its own address (tessera::shape_error otherwise, naming the operands
 /// and shapes; C is left untouched). Every scale of a scaled operand must be positive, finite
 /// and normal (tessera::value_error otherwise, before anything is written).
