@@ -813,10 +813,9 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bi
   detail::check_bias(op, "bias", bias, pb);
   detail::require_output(op, "y", y, detail::named("x", x), detail::named("w", w),
                          detail::named("bias", bias));
-  detail::conv2d_forward_impl(exec, x, w, bias, y, pb, ws,
-                              detail::input_scale_inv(op, "x", x_in) *
-                                  detail::input_scale_inv(op, "w", w_in),
-                              epilogue);
+  detail::conv2d_forward_impl(
+      exec, x, w, bias, y, pb, ws,
+      detail::input_scale_inv(op, "x", x_in) * detail::input_scale_inv(op, "w", w_in), epilogue);
 }
 
 /// y = conv2d(x, w) without bias; see the overload with bias.
@@ -830,10 +829,9 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_
   const char* op = "tessera::conv2d_forward";
   const auto pb = detail::check_conv2d(op, "x", x, "w", w, "y", y, params);
   detail::require_output(op, "y", y, detail::named("x", x), detail::named("w", w));
-  detail::conv2d_forward_impl(exec, x, w, detail::no_bias_t{}, y, pb, ws,
-                              detail::input_scale_inv(op, "x", x_in) *
-                                  detail::input_scale_inv(op, "w", w_in),
-                              epilogue);
+  detail::conv2d_forward_impl(
+      exec, x, w, detail::no_bias_t{}, y, pb, ws,
+      detail::input_scale_inv(op, "x", x_in) * detail::input_scale_inv(op, "w", w_in), epilogue);
 }
 
 /// dx = dL/dx for y = conv2d(x, w): the transposed convolution of dy with w.
@@ -866,9 +864,9 @@ void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, co
   const char* op = "tessera::conv2d_backward_weight";
   const auto pb = detail::check_conv2d(op, "x", x, "dw", dw, "dy", dy, params);
   detail::require_output(op, "dw", dw, detail::named("x", x), detail::named("dy", dy));
-  detail::conv2d_backward_weight_impl(
-      exec, x, dy, dw, pb, ws,
-      detail::input_scale_inv(op, "x", x_in) * detail::input_scale_inv(op, "dy", dy_in));
+  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws,
+                                      detail::input_scale_inv(op, "x", x_in) *
+                                          detail::input_scale_inv(op, "dy", dy_in));
 }
 
 /// dw as above and dbias[k] = sum over n, p, q of dy[n, k, p, q] (dbias (K) overwritten).

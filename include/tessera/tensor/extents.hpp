@@ -55,13 +55,12 @@ struct extents {
 
   /// The dynamic extents, in order (one value per `dyn`).
   template <class... I>
-  requires(sizeof...(I) == rank_dynamic && rank_dynamic > 0 &&
-           (std::is_convertible_v<I, index_t> && ...)) explicit constexpr extents(I... dynamic)
-      : e_{} {
+    requires(sizeof...(I) == rank_dynamic && rank_dynamic > 0 &&
+             (std::is_convertible_v<I, index_t> && ...))
+  explicit constexpr extents(I... dynamic) : e_{} {
     const index_t d[] = {static_cast<index_t>(dynamic)...};
     std::size_t k = 0;
-    for (std::size_t i = 0; i < rank; ++i)
-      e_[i] = static_extent(i) == dyn ? d[k++] : static_extent(i);
+    for (std::size_t i = 0; i < rank; ++i) e_[i] = static_extent(i) == dyn ? d[k++] : static_extent(i);
     check_valid();
   }
 

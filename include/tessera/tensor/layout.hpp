@@ -25,7 +25,7 @@ struct layout_stride {
 
 template <class L>
 concept Layout = std::is_same_v<L, layout_right> || std::is_same_v<L, layout_left> ||
-    std::is_same_v<L, layout_stride>;
+                 std::is_same_v<L, layout_stride>;
 
 /// Packed strides of a contiguous layout.
 template <class L, class Ext>

@@ -45,8 +45,8 @@ public:
   /// Allocates a zero-filled tensor; exactly one size per dynamic extent (checked at compile
   /// time, with a message), e.g. Tensor<fp32, extents<dyn, 3>>("x", 64) is (64, 3).
   template <class... I>
-  requires(std::is_convertible_v<I, index_t>&&...) explicit Tensor(const std::string& label,
-                                                                   I... dynamic_extents)
+    requires(std::is_convertible_v<I, index_t> && ...)
+  explicit Tensor(const std::string& label, I... dynamic_extents)
       : Tensor(label, make_ext(dynamic_extents...)) {}
 
   /// Allocates a zero-filled tensor of the given extents.
@@ -84,8 +84,8 @@ public:
 
   /// Element access from host code (a host memory space). Kernels capture view() instead.
   template <class... I>
-  requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...)) storage_type&
-  operator()(I... idx) const noexcept {
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  storage_type& operator()(I... idx) const noexcept {
     return view()(idx...);
   }
 
@@ -124,11 +124,12 @@ struct is_tensor<Tensor<P, E, L, M>> : std::true_type {};
 
 /// A tensor of the same shape and layout in another precision or memory space.
 template <Precision P2, class T, class Space2 = typename T::memory_space>
-using rebind_tensor_t = Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
+using rebind_tensor_t =
+    Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
 
 /// A host tensor with the same precision, shape and layout (for reading results).
 template <class T>
-using host_tensor_t =
-    Tensor<typename T::precision, typename T::extents_type, typename T::layout, Kokkos::HostSpace>;
+using host_tensor_t = Tensor<typename T::precision, typename T::extents_type,
+                             typename T::layout, Kokkos::HostSpace>;
 
 } // namespace tessera

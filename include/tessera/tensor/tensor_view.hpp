@@ -40,8 +40,11 @@ public:
   TensorView() = default;
 
   /// Wraps memory with packed strides (layout_right / layout_left).
-  TensorView(storage_type* data, const Ext& e) requires(L::contiguous) : data_(data), ext_(e) {
+  TensorView(storage_type* data, const Ext& e)
+    requires(L::contiguous)
+      : data_(data), ext_(e) {
     packed_strides<L>(e, strides_);
+    check_span();
   }
 
   /// Wraps memory with explicit strides (in elements).
@@ -82,8 +85,8 @@ public:
   }
 
   template <class... I>
-  requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...)) TESSERA_INLINE storage_type&
-  operator()(I... idx) const noexcept {
+    requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
+  TESSERA_INLINE storage_type& operator()(I... idx) const noexcept {
     const index_t ii[] = {static_cast<index_t>(idx)..., 0};
     index_t off = 0;
     for (std::size_t k = 0; k < rank; ++k) off += ii[k] * strides_[k];
