@@ -225,12 +225,14 @@ inline constexpr std::int64_t overlap_budget = std::int64_t{1} << 25;
 /// exact when one region is nested and the walk stays within `budget` steps; otherwise true).
 inline bool regions_overlap(const mem_region& a, const mem_region& b,
                             std::int64_t budget = overlap_budget) {
-  using namespace overlap_impl; // NOLINT: function scope, detail names
-  const flat fa = normalize(a), fb = normalize(b);
+  namespace oi = overlap_impl;
+  using flat = oi::flat;
+  using wide = oi::wide;
+  const flat fa = oi::normalize(a), fb = oi::normalize(b);
   if (fa.empty || fb.empty) return false;
   if (fa.base + fa.span + fa.elem <= fb.base || fb.base + fb.span + fb.elem <= fa.base)
     return false;
-  const bool na = nested(fa), nb = nested(fb);
+  const bool na = oi::nested(fa), nb = oi::nested(fb);
   if (!na && !nb) return true; // conservative
   // Walk the rows of `it`, query the nested `q`; when both are nested, walk the smaller.
   const bool walk_a = !na || (nb && fa.count <= fb.count);
@@ -243,7 +245,7 @@ inline bool regions_overlap(const mem_region& a, const mem_region& b,
   wide off = 0;
   for (;;) {
     if (--budget < 0) return true;
-    if (row_hits(q, it.base + off, s, cnt, it.elem, budget)) return true;
+    if (oi::row_hits(q, it.base + off, s, cnt, it.elem, budget)) return true;
     std::size_t k = outer;
     for (; k-- > 0;) {
       if (idx[k] + 1 < it.ext[k]) {
