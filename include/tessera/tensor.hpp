@@ -6,6 +6,7 @@
 #include <tessera/tensor/extents.hpp>
 #include <tessera/tensor/layout.hpp>
 #include <tessera/tensor/ops.hpp>
+#include <tessera/tensor/overlap.hpp>
 #include <tessera/tensor/random.hpp>
 #include <tessera/tensor/scaled_tensor.hpp>
 #include <tessera/tensor/tensor.hpp>

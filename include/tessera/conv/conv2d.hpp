@@ -54,6 +54,7 @@
 #include <array>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace tessera {
 
@@ -87,9 +88,12 @@ auto input_view(const T& t) {
     return conv_as_view(t);
   }
 }
+/// The scale_inv of a scaled input after checking its scale (value_error naming the operation
+/// and the operand for a scale that is not positive, finite and normal); 1 for other inputs.
 template <class T>
-float input_scale_inv(const T& t) {
+float input_scale_inv(const char* op, const char* name, const T& t) {
   if constexpr (is_scaled_tensor<T>::value) {
+    require_valid_scale(op, name, t.scale);
     return t.scale_inv();
   } else {
     return 1.f;
@@ -200,7 +204,34 @@ conv2d_problem check_conv2d(const char* op, const char* xn, const XV& x, const c
   require_rowmajor(op, xn, x, false);
   require_rowmajor(op, wn, w, true);
   require_rowmajor(op, yn, y, false);
+  // Every scratch size a pass forms (conv/workspace.hpp) is at most one of these byte counts:
+  // the columns of all images (C/g R S x N P Q), fp32 copies of x, y and w. Checked once here,
+  // with overflow-checked products, so that no workspace size computed later can wrap around.
+  index_t cols = 0, xs = 0, ys = 0, wsz = 0;
+  if (!checked_product({pb.Cg, pb.R, pb.S, pb.N, pb.P, pb.Q}, cols) || !fits_bytes(cols, 8) ||
+      !checked_product({pb.N, pb.C, pb.H, pb.W}, xs) || !fits_bytes(xs, 8) ||
+      !checked_product({pb.N, pb.K, pb.P, pb.Q}, ys) || !fits_bytes(ys, 8) ||
+      !checked_product({pb.K, pb.Cg, pb.R, pb.S}, wsz) || !fits_bytes(wsz, 8))
+    throw shape_error(all() + "the scratch sizes of this convolution (C/groups*R*S x N*P*Q = " +
+                      std::to_string(pb.Cg) + "*" + std::to_string(pb.R) + "*" +
+                      std::to_string(pb.S) + " x " + std::to_string(pb.N) + "*" +
+                      std::to_string(pb.P) + "*" + std::to_string(pb.Q) +
+                      " elements) overflow 64-bit byte counts");
   return pb;
+}
+
+/// Throws shape_error before anything is written when the output `out` (named on) has two
+/// elements at one address or shares memory with an operand it is computed from (tensor/
+/// overlap.hpp: exact for strided views). No conv2d pass is in-place safe: y, dx and dw are
+/// written tile by tile (and dx, dw accumulated) while x, w and dy are still being read.
+template <class VO, class... Named>
+void require_output(const char* op, const char* on, const VO& out, const Named&... in) {
+  require_distinct(op, on, out);
+  (require_no_overlap(op, on, out, in.first, in.second), ...);
+}
+template <class V>
+std::pair<const char*, const V&> named(const char* n, const V& v) {
+  return {n, v};
 }
 
 template <class BV>
@@ -792,9 +823,11 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const B& bi
   const char* op = "tessera::conv2d_forward";
   const auto pb = detail::check_conv2d(op, "x", x, "w", w, "y", y, params);
   detail::check_bias(op, "bias", bias, pb);
-  detail::conv2d_forward_impl(exec, x, w, bias, y, pb, ws,
-                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in),
-                              epilogue);
+  detail::require_output(op, "y", y, detail::named("x", x), detail::named("w", w),
+                         detail::named("bias", bias));
+  detail::conv2d_forward_impl(
+      exec, x, w, bias, y, pb, ws,
+      detail::input_scale_inv(op, "x", x_in) * detail::input_scale_inv(op, "w", w_in), epilogue);
 }
 
 /// y = conv2d(x, w) without bias; see the overload with bias.
@@ -805,10 +838,12 @@ void conv2d_forward(const Exec& exec, const X& x_in, const Wt& w_in, const Y& y_
   const auto x = detail::input_view(x_in);
   const auto w = detail::input_view(w_in);
   const auto y = detail::conv_as_view(y_in);
-  const auto pb = detail::check_conv2d("tessera::conv2d_forward", "x", x, "w", w, "y", y, params);
-  detail::conv2d_forward_impl(exec, x, w, detail::no_bias_t{}, y, pb, ws,
-                              detail::input_scale_inv(x_in) * detail::input_scale_inv(w_in),
-                              epilogue);
+  const char* op = "tessera::conv2d_forward";
+  const auto pb = detail::check_conv2d(op, "x", x, "w", w, "y", y, params);
+  detail::require_output(op, "y", y, detail::named("x", x), detail::named("w", w));
+  detail::conv2d_forward_impl(
+      exec, x, w, detail::no_bias_t{}, y, pb, ws,
+      detail::input_scale_inv(op, "x", x_in) * detail::input_scale_inv(op, "w", w_in), epilogue);
 }
 
 /// dx = dL/dx for y = conv2d(x, w): the transposed convolution of dy with w.
@@ -820,10 +855,12 @@ void conv2d_backward_data(const Exec& exec, const DY& dy_in, const Wt& w_in, con
   const auto dy = detail::input_view(dy_in);
   const auto w = detail::input_view(w_in);
   const auto dx = detail::conv_as_view(dx_in);
-  const auto pb =
-      detail::check_conv2d("tessera::conv2d_backward_data", "dx", dx, "w", w, "dy", dy, params);
+  const char* op = "tessera::conv2d_backward_data";
+  const auto pb = detail::check_conv2d(op, "dx", dx, "w", w, "dy", dy, params);
+  detail::require_output(op, "dx", dx, detail::named("dy", dy), detail::named("w", w));
   detail::conv2d_backward_data_impl(exec, dy, w, dx, pb, ws,
-                                    detail::input_scale_inv(dy_in) * detail::input_scale_inv(w_in));
+                                    detail::input_scale_inv(op, "dy", dy_in) *
+                                        detail::input_scale_inv(op, "w", w_in));
 }
 
 /// dw = dL/dw for y = conv2d(x, w): dw[k, c, r, s] = sum over n, p, q of dy[n, k, p, q] times
@@ -836,10 +873,12 @@ void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, co
   const auto x = detail::input_view(x_in);
   const auto dy = detail::input_view(dy_in);
   const auto dw = detail::conv_as_view(dw_in);
-  const auto pb =
-      detail::check_conv2d("tessera::conv2d_backward_weight", "x", x, "dw", dw, "dy", dy, params);
-  detail::conv2d_backward_weight_impl(
-      exec, x, dy, dw, pb, ws, detail::input_scale_inv(x_in) * detail::input_scale_inv(dy_in));
+  const char* op = "tessera::conv2d_backward_weight";
+  const auto pb = detail::check_conv2d(op, "x", x, "dw", dw, "dy", dy, params);
+  detail::require_output(op, "dw", dw, detail::named("x", x), detail::named("dy", dy));
+  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws,
+                                      detail::input_scale_inv(op, "x", x_in) *
+                                          detail::input_scale_inv(op, "dy", dy_in));
 }
 
 /// dw as above and dbias[k] = sum over n, p, q of dy[n, k, p, q] (dbias (K) overwritten).
@@ -854,9 +893,13 @@ void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, co
   const char* op = "tessera::conv2d_backward_weight";
   const auto pb = detail::check_conv2d(op, "x", x, "dw", dw, "dy", dy, params);
   detail::check_bias(op, "dbias", db, pb);
-  detail::conv2d_backward_weight_impl(
-      exec, x, dy, dw, pb, ws, detail::input_scale_inv(x_in) * detail::input_scale_inv(dy_in));
-  detail::conv2d_bias_grad(exec, dy, db, detail::input_scale_inv(dy_in));
+  detail::require_output(op, "dw", dw, detail::named("x", x), detail::named("dy", dy),
+                         detail::named("dbias", db));
+  detail::require_output(op, "dbias", db, detail::named("x", x), detail::named("dy", dy));
+  const float sx = detail::input_scale_inv(op, "x", x_in);
+  const float sdy = detail::input_scale_inv(op, "dy", dy_in);
+  detail::conv2d_backward_weight_impl(exec, x, dy, dw, pb, ws, sx * sdy);
+  detail::conv2d_bias_grad(exec, dy, db, sdy);
 }
 
 // The same five calls without a workspace argument: each allocates a temporary workspace (once,

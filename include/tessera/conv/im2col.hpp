@@ -169,6 +169,15 @@ void col2im_tile(const Exec& exec, const float* col, const conv_tile& t, index_t
       });
 }
 
+/// Throws shape_error when the column matrix's sizes C*R*S or P*Q overflow 64-bit integers.
+inline void check_col_sizes(const char* op, index_t C, index_t R, index_t S, index_t P, index_t Q) {
+  index_t crs = 0, pq = 0;
+  if (!checked_product({C, R, S}, crs) || !checked_product({P, Q}, pq))
+    throw shape_error(std::string(op) + ": C*R*S = " + std::to_string(C) + "*" + std::to_string(R) +
+                      "*" + std::to_string(S) + " or P*Q = " + std::to_string(P) + "*" +
+                      std::to_string(Q) + " overflows 64-bit integers");
+}
+
 } // namespace detail
 
 /// im2col: col[n, (c*R + r)*S + s, p*Q + q] = x[n, c, p*stride_h - pad_top + r*dilation_h,
@@ -177,8 +186,8 @@ void col2im_tile(const Exec& exec, const float* col, const conv_tile& t, index_t
 ///
 /// x (N, C, H, W) and col (N, C*R*S, P*Q): Tensors or TensorViews of any precision and strides.
 /// Groups do not change the matrix (group g owns rows [g, g + 1) * C/groups*R*S).
-/// Throws value_error / shape_error (col untouched) for bad parameters, an empty output or a col
-/// of the wrong shape.
+/// Throws value_error / shape_error (col untouched) for bad parameters, an empty output, a col
+/// of the wrong shape, or a col sharing memory with x.
 template <class Exec, class X, class Col>
 void im2col(const Exec& exec, const X& x_in, const Col& col_in, index_t R, index_t S,
             const conv2d_params& prm) {
@@ -188,11 +197,14 @@ void im2col(const Exec& exec, const X& x_in, const Col& col_in, index_t R, index
   static_assert(decltype(col)::rank == 3, "tessera::im2col: col must be rank 3 (N, C*R*S, P*Q).");
   const index_t N = x.extent(0), C = x.extent(1);
   const auto [P, Q] = prm.output_hw_for("tessera::im2col", x.extent(2), x.extent(3), R, S);
+  detail::check_col_sizes("tessera::im2col", C, R, S, P, Q);
   if (col.extent(0) != N || col.extent(1) != C * R * S || col.extent(2) != P * Q)
     throw shape_error("tessera::im2col: x " + shape_string(x.extents()) + " with kernel " +
                       std::to_string(R) + "x" + std::to_string(S) + ", " + prm.to_string() +
                       " needs col (" + std::to_string(N) + ", " + std::to_string(C * R * S) + ", " +
                       std::to_string(P * Q) + ") but col is " + shape_string(col.extents()));
+  detail::require_distinct("tessera::im2col", "col", col);
+  detail::require_no_overlap("tessera::im2col", "col", col, "x", x);
   using pc = typename decltype(col)::precision;
   const index_t H = x.extent(2), W = x.extent(3), Qv = Q;
   const conv2d_params p = prm;
@@ -217,7 +229,7 @@ void im2col(const Exec& exec, const X& x_in, const Col& col_in, index_t R, index
 ///
 /// col (N, C*R*S, P*Q) and x (N, C, H, W): Tensors or TensorViews of any precision and strides;
 /// H and W are taken from x. Throws value_error / shape_error (x untouched) for bad parameters,
-/// an empty output or mismatched shapes.
+/// an empty output, mismatched shapes, or an x sharing memory with col.
 template <class Exec, class Col, class X>
 void col2im(const Exec& exec, const Col& col_in, const X& x_in, index_t R, index_t S,
             const conv2d_params& prm) {
@@ -227,11 +239,14 @@ void col2im(const Exec& exec, const Col& col_in, const X& x_in, index_t R, index
   static_assert(decltype(col)::rank == 3, "tessera::col2im: col must be rank 3 (N, C*R*S, P*Q).");
   const index_t N = x.extent(0), C = x.extent(1), H = x.extent(2), W = x.extent(3);
   const auto [P, Q] = prm.output_hw_for("tessera::col2im", H, W, R, S);
+  detail::check_col_sizes("tessera::col2im", C, R, S, P, Q);
   if (col.extent(0) != N || col.extent(1) != C * R * S || col.extent(2) != P * Q)
     throw shape_error("tessera::col2im: x " + shape_string(x.extents()) + " with kernel " +
                       std::to_string(R) + "x" + std::to_string(S) + ", " + prm.to_string() +
                       " needs col (" + std::to_string(N) + ", " + std::to_string(C * R * S) + ", " +
                       std::to_string(P * Q) + ") but col is " + shape_string(col.extents()));
+  detail::require_distinct("tessera::col2im", "x", x);
+  detail::require_no_overlap("tessera::col2im", "x", x, "col", col);
   using px = typename decltype(x)::precision;
   const index_t Pv = P, Qv = Q;
   const conv2d_params p = prm;

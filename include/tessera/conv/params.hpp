@@ -12,6 +12,7 @@
 ///                            .pad_left = 3, .pad_right = 3};
 ///   auto [P, Q] = p.output_hw(224, 224, 7, 7);   // {112, 112}
 
+#include <tessera/config/checked.hpp>
 #include <tessera/config/error.hpp>
 #include <tessera/tensor/extents.hpp>
 
@@ -62,9 +63,20 @@ struct conv2d_params {
       throw value_error(std::string(op) + ": kernel " + s(R) + "x" + s(S) + " on input " + s(H) +
                         "x" + s(W) + ": kernel sizes must be >= 1 and input sizes >= 0");
     // The span of the last window start: padded size minus the dilated kernel extent. Checked
-    // before dividing, since C++ division truncates -1 / 2 to 0.
-    const index_t span_h = H + pad_top + pad_bottom - dilation_h * (R - 1) - 1;
-    const index_t span_w = W + pad_left + pad_right - dilation_w * (S - 1) - 1;
+    // before dividing, since C++ division truncates -1 / 2 to 0. Formed with overflow-checked
+    // arithmetic: paddings, dilations and kernels near 2^63 must not wrap around.
+    index_t padded_h = 0, padded_w = 0, kext_h = 0, kext_w = 0;
+    if (!detail::checked_add(H, pad_top, padded_h) ||
+        !detail::checked_add(padded_h, pad_bottom, padded_h) ||
+        !detail::checked_add(W, pad_left, padded_w) ||
+        !detail::checked_add(padded_w, pad_right, padded_w) ||
+        !detail::checked_mul(dilation_h, R - 1, kext_h) ||
+        !detail::checked_mul(dilation_w, S - 1, kext_w))
+      throw shape_error(std::string(op) + ": input " + s(H) + "x" + s(W) + " with kernel " + s(R) +
+                        "x" + s(S) + ", " + to_string() +
+                        ": the padded input or the dilated kernel size overflows 64-bit integers");
+    const index_t span_h = padded_h - kext_h - 1;
+    const index_t span_w = padded_w - kext_w - 1;
     if (span_h < 0 || span_w < 0)
       throw shape_error(std::string(op) + ": input " + s(H) + "x" + s(W) + " with kernel " + s(R) +
                         "x" + s(S) + ", " + to_string() + " gives an empty output (" +

@@ -18,7 +18,8 @@
 /// Ops holding data (bias_row, bias_col, residual) keep a pointer, strides and the precision of
 /// what they were built from (any tessera precision, any strides); the memory must be reachable
 /// from the execution space the GEMM runs on and outlive the call. Their lengths are checked
-/// against C's shape when gemm is called (tessera::shape_error).
+/// against C's shape when gemm is called (tessera::shape_error), and so is their memory: it must
+/// not overlap C (the GEMM may store partial sums in C before it reads them).
 
 #include <tessera/gemm/options.hpp>
 #include <tessera/tensor.hpp>
@@ -61,6 +62,11 @@ TESSERA_INLINE float load_as_float(const void* p, code c, index_t off) noexcept 
   }
 }
 
+/// Bytes per element of precision code c.
+constexpr std::int64_t code_bytes(code c) noexcept {
+  return c == code::f32 ? 4 : c == code::b16 ? 2 : 1;
+}
+
 template <class T>
 auto as_view_of(const T& t) {
   if constexpr (is_tensor<T>::value) {
@@ -93,6 +99,11 @@ struct vector_arg {
   TESSERA_INLINE float operator[](index_t i) const noexcept {
     return load_as_float(data, prec, i * stride);
   }
+  /// The memory it reads (for the overlap check against C).
+  ::tessera::detail::mem_region region() const {
+    return ::tessera::detail::region_of(data, code_bytes(prec), {length < 0 ? 0 : length},
+                                        {stride});
+  }
 };
 
 /// A rank-2 array of any precision and strides.
@@ -118,6 +129,11 @@ struct matrix_arg {
   TESSERA_INLINE float operator()(index_t i, index_t j) const noexcept {
     return load_as_float(data, prec, i * s0 + j * s1);
   }
+  /// The memory it reads (for the overlap check against C).
+  ::tessera::detail::mem_region region() const {
+    return ::tessera::detail::region_of(data, code_bytes(prec),
+                                        {rows < 0 ? 0 : rows, cols < 0 ? 0 : cols}, {s0, s1});
+  }
 };
 
 inline std::string len_string(index_t n) {
@@ -141,6 +157,10 @@ struct bias_row {
                         detail::len_string(bias.length) + ", C has " + detail::len_string(m) +
                         " rows (needs one bias per row of C)");
   }
+  template <class F>
+  void for_each_operand(F&& f) const {
+    f("bias_row", bias.region());
+  }
 };
 
 /// Adds bias[j] to column j of C (a vector of length N: e.g. per output feature of y = x W^T).
@@ -157,6 +177,10 @@ struct bias_col {
       throw shape_error(std::string(who) + ": epi::bias_col has length " +
                         detail::len_string(bias.length) + ", C has " + detail::len_string(n) +
                         " columns (needs one bias per column of C)");
+  }
+  template <class F>
+  void for_each_operand(F&& f) const {
+    f("bias_col", bias.region());
   }
 };
 
@@ -195,7 +219,8 @@ struct gelu_erf {
   void check(const char*, index_t, index_t) const {}
 };
 
-/// Adds R(i, j) of an (M, N) tensor (a skip connection). R may be C itself (read before write).
+/// Adds R(i, j) of an (M, N) tensor (a skip connection). R must not share memory with C
+/// (shape_error): C may hold partial sums before R is read. For C += R, pass beta = 1 instead.
 struct residual {
   detail::matrix_arg r;
   residual() = default;
@@ -210,6 +235,10 @@ struct residual {
                         detail::len_string(r.rows) + ", " + detail::len_string(r.cols) +
                         "), C has (" + detail::len_string(m) + ", " + detail::len_string(n) +
                         ") (needs the same shape as C)");
+  }
+  template <class F>
+  void for_each_operand(F&& f) const {
+    f("residual", r.region());
   }
 };
 
@@ -231,6 +260,8 @@ template <>
 struct op_pack<> {
   TESSERA_INLINE float operator()(float v, index_t, index_t) const noexcept { return v; }
   void check(const char*, index_t, index_t) const {}
+  template <class F>
+  void for_each_operand(F&&) const {}
 };
 template <class O, class... R>
 struct op_pack<O, R...> {
@@ -244,6 +275,13 @@ struct op_pack<O, R...> {
   void check(const char* who, index_t m, index_t n) const {
     head.check(who, m, n);
     tail.check(who, m, n);
+  }
+  /// f(name, mem_region) for every memory operand the ops read (ops without one have no
+  /// for_each_operand member).
+  template <class F>
+  void for_each_operand(F&& f) const {
+    if constexpr (requires { head.for_each_operand(f); }) head.for_each_operand(f);
+    tail.for_each_operand(f);
   }
 };
 

@@ -15,8 +15,11 @@
 /// accepted as scale 1, rounding with overflow to inf/NaN like from_float (conv2d relies on it).
 ///
 /// beta == 0 ignores C's old contents (NaN in C does not leak), as BLAS does. C must not overlap
-/// A or B, and its strides must give every element its own address (tessera::shape_error
-/// otherwise, naming the operands and shapes; C is left untouched).
+/// A, B or an epilogue operand (bias, residual), exactly (views that only share an allocation,
+/// such as two column halves of one matrix, are fine: tensor/overlap.hpp), and its strides
+/// must give every element its own address (tessera::shape_error otherwise, naming the operands
+/// and shapes; C is left untouched). Every scale of a scaled operand must be positive, finite
+/// and normal (tessera::value_error otherwise, before anything is written).
 ///
 ///   tessera::gemm(exec, a, b, c);                                      // C = A B
 ///   tessera::gemm(exec, a, transpose(b.view()), c, {.alpha = 2.f, .beta = 1.f});
@@ -144,9 +147,7 @@ float gemm(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_i
                 "tessera::gemm: C must be fp32, bf16 or fp8.");
   const auto e = detail::as_epilogue(opts);
   detail::check_gemm_args("tessera::gemm", oa.view, ob.view, oc.view, e.ops);
-  if (oc.scaled && !(oc.scale > 0.f && oc.scale < INFINITY))
-    throw value_error("tessera::gemm: the output scale must be positive and finite, got " +
-                      std::to_string(oc.scale));
+  detail::check_gemm_scales("tessera::gemm", oa, ob, oc);
   return detail::run_gemm<Algo>(exec, detail::make_problem(oa, ob, oc, e));
 }
 
@@ -203,19 +204,17 @@ float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const
                       detail::gemm_describe("B", ob.view) + ", " +
                       detail::gemm_describe("C", oc.view) +
                       ": A and B need C's batch extent (or 1, or batch stride 0)");
-  if (nb > 1 && oc.view.stride(0) < oc.view.extent(1) * oc.view.stride(1) &&
-      oc.view.stride(0) < oc.view.extent(2) * oc.view.stride(2))
+  if (!detail::distinct_elements(detail::region_of(oc.view)))
     throw shape_error("tessera::gemm_batched: " + detail::gemm_describe("C", oc.view) +
-                      ": the matrices of C overlap (batch stride too small)");
+                      ": two elements of C share memory (the matrices of C overlap, e.g. a batch "
+                      "stride too small, or the strides of C are not nested)");
   // Whole-batch aliasing: C[i] must not overlap A[j] or B[j] for any i, j.
   if (detail::overlaps(oc.view, oa.view) || detail::overlaps(oc.view, ob.view))
     throw shape_error("tessera::gemm_batched: " + detail::gemm_describe("A", oa.view) + ", " +
                       detail::gemm_describe("B", ob.view) + ", " +
                       detail::gemm_describe("C", oc.view) +
                       ": C overlaps A or B in memory (aliasing)");
-  if (oc.scaled && !(oc.scale > 0.f && oc.scale < INFINITY))
-    throw value_error("tessera::gemm_batched: the output scale must be positive and finite, got " +
-                      std::to_string(oc.scale));
+  detail::check_gemm_scales("tessera::gemm_batched", oa, ob, oc);
   float amax = 0.f;
   if (nb == 0) return amax;
   // Check every matrix before writing any (the output is unchanged on error).

@@ -6,6 +6,7 @@
 ///   tessera::extents<tessera::dyn, 3, 28, 28> e{64};   // (64, 3, 28, 28), batch dynamic
 ///   static_assert(decltype(e)::static_extent(1) == 3);
 
+#include <tessera/config/checked.hpp>
 #include <tessera/config/error.hpp>
 #include <tessera/config/macros.hpp>
 
@@ -27,6 +28,13 @@ template <index_t... Es>
 struct extents {
   static_assert(((Es >= 0 || Es == dyn) && ...),
                 "tessera::extents: a static extent must be >= 0 (or tessera::dyn).");
+
+  static_assert(
+      [] {
+        [[maybe_unused]] std::int64_t p = 1;
+        return ((Es == dyn || Es == 0 || detail::checked_mul(p, Es, p)) && ... && true);
+      }(),
+      "tessera::extents: the product of the static extents overflows 64-bit integers.");
 
   static constexpr std::size_t rank = sizeof...(Es);
   static constexpr std::size_t rank_dynamic = ((Es == dyn ? 1 : 0) + ... + 0);
@@ -53,7 +61,7 @@ struct extents {
     const index_t d[] = {static_cast<index_t>(dynamic)...};
     std::size_t k = 0;
     for (std::size_t i = 0; i < rank; ++i) e_[i] = static_extent(i) == dyn ? d[k++] : static_extent(i);
-    check_non_negative();
+    check_valid();
   }
 
   /// All extents (rank values); static ones must match or shape_error is thrown.
@@ -66,7 +74,7 @@ struct extents {
                           " was given");
       r.e_[i] = all[i];
     }
-    r.check_non_negative();
+    r.check_valid();
     return r;
   }
 
@@ -90,11 +98,25 @@ struct extents {
 private:
   struct uninit {};
   constexpr explicit extents(uninit) noexcept : e_{} {}
-  constexpr void check_non_negative() const {
+  /// Every extent >= 0, and the product of the non-zero extents fits in int64: then the element
+  /// count (which size() returns unchecked) and every partial product (the packed strides of
+  /// either layout) fit too. Checked once here, so that no later size() or stride computation
+  /// can overflow; an empty shape such as (0, 2^40, 2^40) is refused as well (its strides would
+  /// overflow).
+  constexpr void check_valid() const {
     for (std::size_t i = 0; i < rank; ++i)
       if (e_[i] < 0)
         throw shape_error("tessera::extents: dimension " + std::to_string(i) +
                           " has negative size " + std::to_string(e_[i]));
+    std::int64_t p = 1;
+    for (std::size_t i = 0; i < rank; ++i)
+      if (e_[i] != 0 && !detail::checked_mul(p, e_[i], p)) {
+        std::string s = "(";
+        for (std::size_t k = 0; k < rank; ++k) s += (k ? ", " : "") + std::to_string(e_[k]);
+        throw shape_error("tessera::extents: shape " + s +
+                          ") has more elements than a 64-bit index can count (the product of "
+                          "the extents overflows)");
+      }
   }
   index_t e_[rank == 0 ? 1 : rank];
 };

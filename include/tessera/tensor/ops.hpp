@@ -6,6 +6,7 @@
 
 #include <tessera/config/kokkos_compat.hpp> // is_host_exec_v: Exec runs on the host
 #include <tessera/precision/vector_convert.hpp>
+#include <tessera/tensor/overlap.hpp>
 #include <tessera/tensor/random.hpp>
 #include <tessera/tensor/tensor.hpp>
 
@@ -30,11 +31,18 @@ void require_same_shape(const char* op, const A& a, const char* an, const B& b, 
 } // namespace detail
 
 /// Copies elements between tensors of the same precision, shape and layout, across memory
-/// spaces. Throws shape_error naming both shapes otherwise.
+/// spaces. Throws shape_error naming both shapes otherwise, or when dst and src share memory
+/// without being the same elements (a copy of a tensor onto itself is allowed: it changes
+/// nothing).
 template <class P, class E1, class E2, class L, class M1, class M2>
 void deep_copy(const Tensor<P, E1, L, M1>& dst, const Tensor<P, E2, L, M2>& src) {
   static_assert(E1::rank == E2::rank, "tessera::deep_copy: dst and src must have the same rank.");
   detail::require_same_shape("tessera::deep_copy", dst, "dst", src, "src");
+  // Addresses are compared only within one memory space (another space's pointers may coincide
+  // numerically without sharing memory).
+  if constexpr (std::is_same_v<M1, M2>)
+    if (static_cast<const void*>(dst.data()) != static_cast<const void*>(src.data()))
+      detail::require_no_overlap("tessera::deep_copy", "dst", dst.view(), "src", src.view());
   Kokkos::deep_copy(dst.kokkos_view(), src.kokkos_view());
 }
 
@@ -113,8 +121,9 @@ void convert_host_chunks(const Exec& exec, const From* src, storage_t<To>* dst, 
 } // namespace detail
 
 /// Converts src into dst (same shape and layout, any precisions), rounding to nearest even with
-/// the given overflow policy. On host spaces it runs the vectorised conversion in parallel
-/// chunks; elsewhere a scalar kernel. Both give identical bits.
+/// the given overflow policy. dst must not share memory with src (shape_error, nothing written). On
+/// host spaces it runs the vectorised conversion in parallel chunks; elsewhere a scalar kernel.
+/// Both give identical bits.
 // Policy is a plain `class` (void = the destination's default policy): a constrained parameter
 // defaulting to void could never be left out, since void is not an OverflowPolicy.
 template <class Policy = void, class Exec, class P1, class E1, class L, class M1, class P2,
@@ -126,6 +135,8 @@ void convert_into(const Exec& exec, const Tensor<P1, E1, L, M1>& dst,
                 "tessera::overflow_to_inf_nan.");
   using policy = std::conditional_t<std::is_void_v<Policy>, default_overflow_t<P1>, Policy>;
   detail::require_same_shape("tessera::convert_into", dst, "dst", src, "src");
+  if constexpr (std::is_same_v<M1, M2>)
+    detail::require_no_overlap("tessera::convert_into", "dst", dst.view(), "src", src.view());
   auto* out = dst.data();
   const auto* in = src.data();
   const index_t n = src.size();

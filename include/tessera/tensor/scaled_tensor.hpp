@@ -11,6 +11,9 @@
 #include <tessera/tensor/ops.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
 
 namespace tessera {
 
@@ -35,13 +38,35 @@ struct scaled_tensor {
   index_t extent(std::size_t i) const noexcept { return data.extent(i); }
 };
 
+namespace detail {
+/// A per-tensor scale is usable when it is a positive, finite, normal float:
+/// FLT_MIN (2^-126) <= scale <= FLT_MAX. Then 1 / scale is finite and non-zero, so neither the
+/// payload (x * scale) nor the values read back (payload / scale) turn into 0, inf or NaN
+/// because of the scale. 0, negative values, NaN, +-inf and subnormals are refused.
+inline bool valid_scale(float s) noexcept {
+  return s >= std::numeric_limits<float>::min() && s <= std::numeric_limits<float>::max();
+}
+
+/// Throws value_error naming the operation, the operand and the rule unless valid_scale(s).
+/// The one check every scale entering an operation goes through (quantize_with_scale,
+/// dequantize, gemm's scaled operands, conv2d's scaled inputs).
+inline void require_valid_scale(const char* op, const char* operand, float s) {
+  if (!valid_scale(s))
+    throw value_error(std::string(op) + ": the scale of " + operand + " is " + std::to_string(s) +
+                      " (bits " + std::to_string(detail::bit_cast<std::uint32_t>(s)) +
+                      "); a scale must be positive, finite and normal (>= 2^-126), so that 1 / "
+                      "scale is finite");
+}
+} // namespace detail
+
 /// The scale that maps amax to max_finite / 2^margin. A zero, infinite or NaN amax gives no
-/// information, so the previous scale is kept (what delayed-scaling recipes do).
+/// information, so the previous scale is kept (what delayed-scaling recipes do); so is a result
+/// that is not a valid scale (detail::valid_scale: e.g. 0 after a huge margin).
 template <Fp8Precision P>
 float scale_for_amax(float amax, int margin = 0, float previous = 1.f) noexcept {
   if (!(amax > 0.f) || !std::isfinite(amax)) return previous;
   const float s = precision_traits<P>::max_finite / amax / std::ldexp(1.f, margin);
-  return std::isfinite(s) ? s : previous;
+  return detail::valid_scale(s) ? s : previous;
 }
 
 /// Quantizes an fp32 (or bf16) tensor to scaled fp8: computes amax, picks the scale, converts
@@ -68,7 +93,9 @@ scaled_tensor<P, E, L, M> quantize(const Tensor<SrcP, E, L, M>& x, int margin = 
 
 /// Quantizes x into an existing fp8 payload with a given scale (payload = round(x * scale),
 /// saturating), in one pass that also returns the amax of x (NaN if x holds a NaN), which
-/// delayed-scaling recipes record for the next step. Throws shape_error if the shapes differ.
+/// delayed-scaling recipes record for the next step. Throws shape_error if the shapes differ or
+/// the payload shares memory with x, value_error for an invalid scale (detail::valid_scale), in
+/// both cases before writing anything.
 ///   float seen = tessera::quantize_with_scale(exec, x, q.data, q.scale);
 template <class Exec, class P, class SrcP, class E1, class E2, class L, class M>
 float quantize_with_scale(const Exec& exec, const Tensor<SrcP, E1, L, M>& x,
@@ -76,6 +103,9 @@ float quantize_with_scale(const Exec& exec, const Tensor<SrcP, E1, L, M>& x,
   static_assert(Fp8Precision<P>, "tessera::quantize_with_scale: the payload precision must be an "
                                  "fp8 precision (tessera::fp8_e4m3 or tessera::fp8_e5m2).");
   detail::require_same_shape("tessera::quantize_with_scale", payload, "payload", x, "x");
+  detail::require_no_overlap("tessera::quantize_with_scale", "payload", payload.view(), "x",
+                             x.view());
+  detail::require_valid_scale("tessera::quantize_with_scale", "the payload", scale);
   const auto* in = x.data();
   auto* out = payload.data();
   std::uint32_t result = 0;
@@ -92,9 +122,11 @@ float quantize_with_scale(const Exec& exec, const Tensor<SrcP, E1, L, M>& x,
   return detail::bit_cast<float>(result);
 }
 
-/// payload * scale_inv as an fp32 tensor.
+/// payload * scale_inv as an fp32 tensor. Throws value_error for an invalid q.scale
+/// (detail::valid_scale) before allocating anything.
 template <class Exec, class P, class E, class L, class M>
 Tensor<fp32, E, L, M> dequantize(const Exec& exec, const scaled_tensor<P, E, L, M>& q) {
+  detail::require_valid_scale("tessera::dequantize", "q", q.scale);
   auto y = Tensor<fp32, E, L, M>::uninitialized(q.data.label() + "_dequant", q.extents());
   const auto* in = q.data.data();
   auto* out = y.data();

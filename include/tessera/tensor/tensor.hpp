@@ -50,15 +50,15 @@ public:
       : Tensor(label, make_ext(dynamic_extents...)) {}
 
   /// Allocates a zero-filled tensor of the given extents.
-  Tensor(const std::string& label, const Ext& e)
-      : ext_(e), data_(label, static_cast<std::size_t>(e.size())) {}
+  /// Throws shape_error, allocating nothing, when the byte count does not fit in a ptrdiff_t.
+  Tensor(const std::string& label, const Ext& e) : ext_(e), data_(label, alloc_count(label, e)) {}
 
   /// Allocates without initialising the elements (the caller overwrites them all).
   static Tensor uninitialized(const std::string& label, const Ext& e) {
     Tensor t;
     t.ext_ = e;
     t.data_ = kokkos_view_type(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
-                               static_cast<std::size_t>(e.size()));
+                               alloc_count(label, e));
     return t;
   }
 
@@ -91,6 +91,17 @@ public:
   }
 
 private:
+  /// e.size() as the element count to allocate, after checking that its bytes are addressable
+  /// (the extents themselves already checked that the count fits in int64).
+  static std::size_t alloc_count(const std::string& label, const Ext& e) {
+    if (!detail::fits_bytes(e.size(), sizeof(storage_type)))
+      throw shape_error("tessera::Tensor: tensor '" + label + "' of shape " + shape_string(e) +
+                        " would need " + std::to_string(e.size()) + " elements of " +
+                        std::to_string(sizeof(storage_type)) +
+                        " bytes, more bytes than a 64-bit address range holds");
+    return static_cast<std::size_t>(e.size());
+  }
+
   template <class... I>
   static Ext make_ext(I... d) {
     static_assert(sizeof...(I) == Ext::rank_dynamic,

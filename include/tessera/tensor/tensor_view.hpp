@@ -12,6 +12,7 @@
 #include <tessera/tensor/extents.hpp>
 #include <tessera/tensor/layout.hpp>
 
+#include <limits>
 #include <string>
 
 namespace tessera {
@@ -43,12 +44,14 @@ public:
     requires(L::contiguous)
       : data_(data), ext_(e) {
     packed_strides<L>(e, strides_);
+    check_span();
   }
 
   /// Wraps memory with explicit strides (in elements).
   TensorView(storage_type* data, const Ext& e, const std::array<index_t, rank>& strides)
       : data_(data), ext_(e) {
     for (std::size_t i = 0; i < rank; ++i) strides_[i] = strides[i];
+    check_span();
     if constexpr (L::contiguous) {
       index_t packed[rank == 0 ? 1 : rank];
       packed_strides<L>(e, packed);
@@ -112,6 +115,25 @@ public:
   }
 
 private:
+  /// The element offsets (sum of (extent - 1) * |stride|, and its bytes) must fit in int64:
+  /// checked with overflow-checked arithmetic, so that indexing a view cannot overflow.
+  void check_span() const {
+    if (ext_.size() == 0) return;
+    index_t span = 0;
+    for (std::size_t i = 0; i < rank; ++i) {
+      index_t t = 0;
+      const index_t s = strides_[i] < 0 ? -strides_[i] : strides_[i];
+      if (strides_[i] == std::numeric_limits<index_t>::min() ||
+          !detail::checked_mul(ext_.extent(i) - 1, s, t) || !detail::checked_add(span, t, span) ||
+          !detail::fits_bytes(span, sizeof(storage_type))) {
+        std::string st;
+        for (std::size_t k = 0; k < rank; ++k) st += (k ? ", " : "") + std::to_string(strides_[k]);
+        throw shape_error("tessera::TensorView: shape " + shape_string(ext_) + " with strides (" +
+                          st + ") spans more bytes than a 64-bit offset can address");
+      }
+    }
+  }
+
   template <class E>
   struct replace_first;
   template <index_t E0, index_t... Es>

@@ -20,6 +20,7 @@
 #include <tessera/train/detail/optimizer_state.hpp>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace tessera::train {
@@ -29,11 +30,11 @@ namespace tessera::train {
 /// Defaults are PyTorch's (lr 1e-3, betas 0.9 / 0.999, eps 1e-8, weight decay 1e-2).
 template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct basic_adamw {
-  float lr = 1e-3f;           ///< learning rate (>= 0)
+  float lr = 1e-3f;           ///< learning rate (finite, >= 0)
   float beta1 = 0.9f;         ///< decay of the first moment, in [0, 1)
   float beta2 = 0.999f;       ///< decay of the second moment, in [0, 1)
-  float eps = 1e-8f;          ///< added to the denominator (>= 0)
-  float weight_decay = 1e-2f; ///< decoupled weight decay (>= 0)
+  float eps = 1e-8f;          ///< added to the denominator (finite, > 0)
+  float weight_decay = 1e-2f; ///< decoupled weight decay (finite, >= 0; lr * weight_decay <= 1)
 
   /// Optimizer state: step counter, first and second moments. Read by checkpoints; not to be
   /// modified by hand.
@@ -45,13 +46,29 @@ struct basic_adamw {
   /// Completed steps.
   std::int64_t steps() const noexcept { return state.step; }
 
+  /// Throws value_error naming the hyper-parameter, its value and the rule unless: lr and
+  /// weight_decay are finite and >= 0, lr * weight_decay <= 1 (else the decay factor
+  /// 1 - lr * weight_decay flips the weights' sign), beta1 and beta2 in [0, 1), eps finite and
+  /// > 0 (eps = 0 gives 0 / 0 = NaN for a parameter whose gradients are all zero). NaN and
+  /// +-inf are refused everywhere. step() calls it before touching anything.
+  void validate() const { check_hyperparameters("tessera::train::adamw"); }
+
+  /// Sets the learning rate (for schedules); throws value_error, changing nothing, unless the
+  /// hyper-parameters stay valid with it.
+  void set_lr(float new_lr) {
+    basic_adamw probe{
+        .lr = new_lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
+    probe.check_hyperparameters("tessera::train::adamw::set_lr");
+    lr = new_lr;
+  }
+
   /// One update of every parameter: one kernel per parameter on exec, then one fence. Throws
-  /// value_error for invalid hyper-parameters and shape_error if params are not the parameters
-  /// of the first step, changing nothing.
+  /// value_error for invalid hyper-parameters (validate()) and shape_error if params are not
+  /// the parameters of the first step, changing nothing.
   template <class Exec, class Params>
   void step(const Exec& exec, const Params& params) {
     detail::require_accessible<Exec, MemorySpace>();
-    check_hyperparameters();
+    check_hyperparameters("tessera::train::adamw::step");
     state.bind("tessera::train::adamw::step", params);
     state.ensure_slot(0, slot_names[0]);
     state.ensure_slot(1, slot_names[1]);
@@ -88,18 +105,23 @@ struct basic_adamw {
   }
 
 private:
-  void check_hyperparameters() const {
-    const auto bad = [](const std::string& what) {
-      throw value_error("tessera::train::adamw::step: " + what);
+  void check_hyperparameters(const char* who) const {
+    const auto bad = [who](const std::string& what) {
+      throw value_error(std::string(who) + ": " + what);
     };
-    if (!(lr >= 0.f)) bad("lr must be >= 0, got " + std::to_string(lr));
+    constexpr float fmax = std::numeric_limits<float>::max();
+    if (!(lr >= 0.f && lr <= fmax)) bad("lr must be finite and >= 0, got " + std::to_string(lr));
     if (!(beta1 >= 0.f && beta1 < 1.f))
       bad("beta1 must be in [0, 1), got " + std::to_string(beta1));
     if (!(beta2 >= 0.f && beta2 < 1.f))
       bad("beta2 must be in [0, 1), got " + std::to_string(beta2));
-    if (!(eps >= 0.f)) bad("eps must be >= 0, got " + std::to_string(eps));
-    if (!(weight_decay >= 0.f))
-      bad("weight_decay must be >= 0, got " + std::to_string(weight_decay));
+    if (!(eps > 0.f && eps <= fmax)) bad("eps must be finite and > 0, got " + std::to_string(eps));
+    if (!(weight_decay >= 0.f && weight_decay <= fmax))
+      bad("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
+    if (!(static_cast<double>(lr) * weight_decay <= 1.0))
+      bad("lr * weight_decay must be <= 1 (the decay factor 1 - lr * weight_decay must not be "
+          "negative), got lr " +
+          std::to_string(lr) + " and weight_decay " + std::to_string(weight_decay));
   }
 };
 

@@ -145,13 +145,19 @@ public:
   /// false when it uses the recorded history and ignores its argument (delayed scaling).
   static constexpr bool needs_current_amax = std::is_same_v<R, current_scaling>;
 
-  /// Throws value_error for history_len < 1 or a margin outside [0, 64] (2^64 is far past any
-  /// fp8 range; a negative margin would push the scaled amax past max_finite).
+  /// Throws value_error for history_len < 1, an amax_algo that is not one of the enumerators, or
+  /// a margin outside [0, 64] (2^64 is far past any fp8 range; a negative margin would push the
+  /// scaled amax past max_finite).
   explicit fp8_meta(const R& recipe = {}) : recipe_(recipe) {
     if (recipe_.margin < 0 || recipe_.margin > 64)
       throw value_error("tessera::train::fp8_meta: margin " + std::to_string(recipe_.margin) +
                         " is outside [0, 64]");
     if constexpr (!needs_current_amax) {
+      if (recipe_.amax_algo != amax_algorithm::max &&
+          recipe_.amax_algo != amax_algorithm::most_recent)
+        throw value_error("tessera::train::fp8_meta: delayed_scaling amax_algo " +
+                          std::to_string(static_cast<int>(recipe_.amax_algo)) +
+                          " is neither amax_algorithm::max nor amax_algorithm::most_recent");
       if (recipe_.history_len < 1)
         throw value_error("tessera::train::fp8_meta: delayed_scaling history_len must be >= 1, "
                           "got " +

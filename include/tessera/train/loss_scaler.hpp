@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace tessera::train {
@@ -89,9 +90,13 @@ bool unscale_and_check(const Exec& exec, const Params& params, float inv_scale) 
   }
 }
 
+/// A loss scale (and the floor and ceiling of a dynamic one) must be a positive, finite,
+/// normal float (>= 2^-126): 1 / scale, which unscaling multiplies by, is then finite. 0,
+/// negative values, NaN, +-inf and subnormals are refused with value_error.
 inline void require_valid_scale(const char* who, float s) {
-  if (!(s > 0.f) || !std::isfinite(s))
-    throw value_error(std::string(who) + ": the loss scale must be positive and finite, got " +
+  if (!(s >= std::numeric_limits<float>::min() && s <= std::numeric_limits<float>::max()))
+    throw value_error(std::string(who) +
+                      ": the loss scale must be positive, finite and normal (>= 2^-126), got " +
                       std::to_string(s));
 }
 } // namespace detail

@@ -21,6 +21,7 @@
 
 #include <tessera/train/detail/optimizer_state.hpp>
 
+#include <limits>
 #include <string>
 
 namespace tessera::train {
@@ -29,11 +30,11 @@ namespace tessera::train {
 /// An aggregate: set the hyper-parameters with designated initializers, in this order.
 template <class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct basic_sgd {
-  float lr = 0.01f;         ///< learning rate (>= 0)
-  float momentum = 0.f;     ///< momentum factor (>= 0; 0 keeps no buffer)
+  float lr = 0.01f;         ///< learning rate (finite, >= 0)
+  float momentum = 0.f;     ///< momentum factor (finite, >= 0; 0 keeps no buffer)
   bool nesterov = false;    ///< Nesterov momentum (needs momentum > 0 and dampening 0)
-  float weight_decay = 0.f; ///< L2 penalty added to the gradient (>= 0)
-  float dampening = 0.f;    ///< dampening of the gradient in the momentum update
+  float weight_decay = 0.f; ///< L2 penalty added to the gradient (finite, >= 0)
+  float dampening = 0.f;    ///< dampening of the gradient in the momentum update, in [0, 1]
 
   /// Optimizer state: step counter and momentum buffers. Read by checkpoints; not to be
   /// modified by hand.
@@ -45,13 +46,28 @@ struct basic_sgd {
   /// Completed steps.
   std::int64_t steps() const noexcept { return state.step; }
 
+  /// Throws value_error naming the hyper-parameter, its value and the rule unless every
+  /// hyper-parameter is valid: lr, momentum and weight_decay finite and >= 0 (NaN, +-inf and
+  /// negative values refused), dampening in [0, 1], Nesterov only with momentum > 0 and
+  /// dampening 0. step() calls it before touching anything; call it after setting fields.
+  void validate() const { check_hyperparameters("tessera::train::sgd"); }
+
+  /// Sets the learning rate (for schedules); throws value_error, changing nothing, unless it is
+  /// finite and >= 0.
+  void set_lr(float new_lr) {
+    basic_sgd probe = hyperparameters_only();
+    probe.lr = new_lr;
+    probe.check_hyperparameters("tessera::train::sgd::set_lr");
+    lr = new_lr;
+  }
+
   /// One update of every parameter from its gradient: one kernel per parameter on exec, then
-  /// one fence. Throws value_error for invalid hyper-parameters and shape_error if params are
-  /// not the parameters of the first step (count, names, sizes), changing nothing.
+  /// one fence. Throws value_error for invalid hyper-parameters (validate()) and shape_error if
+  /// params are not the parameters of the first step (count, names, sizes), changing nothing.
   template <class Exec, class Params>
   void step(const Exec& exec, const Params& params) {
     detail::require_accessible<Exec, MemorySpace>();
-    check_hyperparameters();
+    check_hyperparameters("tessera::train::sgd::step");
     state.bind("tessera::train::sgd::step", params);
     const bool use_momentum = momentum != 0.f;
     const bool first = use_momentum && state.ensure_slot(0, slot_names[0]);
@@ -83,14 +99,27 @@ struct basic_sgd {
   }
 
 private:
-  void check_hyperparameters() const {
-    const auto bad = [](const std::string& what) {
-      throw value_error("tessera::train::sgd::step: " + what);
+  /// A copy of the hyper-parameters without the state (cheap to build for set_lr's check).
+  basic_sgd hyperparameters_only() const {
+    return {.lr = lr,
+            .momentum = momentum,
+            .nesterov = nesterov,
+            .weight_decay = weight_decay,
+            .dampening = dampening};
+  }
+
+  void check_hyperparameters(const char* who) const {
+    const auto bad = [who](const std::string& what) {
+      throw value_error(std::string(who) + ": " + what);
     };
-    if (!(lr >= 0.f)) bad("lr must be >= 0, got " + std::to_string(lr));
-    if (!(momentum >= 0.f)) bad("momentum must be >= 0, got " + std::to_string(momentum));
-    if (!(weight_decay >= 0.f))
-      bad("weight_decay must be >= 0, got " + std::to_string(weight_decay));
+    // finite and >= 0: NaN fails the comparison, +inf the upper bound
+    const auto ok = [](float v) { return v >= 0.f && v <= std::numeric_limits<float>::max(); };
+    if (!ok(lr)) bad("lr must be finite and >= 0, got " + std::to_string(lr));
+    if (!ok(momentum)) bad("momentum must be finite and >= 0, got " + std::to_string(momentum));
+    if (!ok(weight_decay))
+      bad("weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
+    if (!(dampening >= 0.f && dampening <= 1.f))
+      bad("dampening must be in [0, 1], got " + std::to_string(dampening));
     if (nesterov && (momentum <= 0.f || dampening != 0.f))
       bad("Nesterov momentum needs momentum > 0 and dampening 0 (PyTorch's rule), got momentum " +
           std::to_string(momentum) + " and dampening " + std::to_string(dampening));

@@ -56,27 +56,12 @@ struct gemm_problem {
   }
 };
 
-/// Memory [lo, hi) spanned by a view's elements, in bytes (hi == lo when empty).
-template <class V>
-void byte_span(const V& v, std::uintptr_t& lo, std::uintptr_t& hi) {
-  lo = hi = reinterpret_cast<std::uintptr_t>(v.data());
-  if (v.size() == 0) return;
-  std::intptr_t neg = 0, pos = 0;
-  for (std::size_t d = 0; d < V::rank; ++d) {
-    const std::intptr_t span = static_cast<std::intptr_t>(v.extent(d) - 1) * v.stride(d);
-    (span < 0 ? neg : pos) += span;
-  }
-  constexpr std::intptr_t e = sizeof(typename V::storage_type);
-  lo = static_cast<std::uintptr_t>(static_cast<std::intptr_t>(lo) + neg * e);
-  hi = static_cast<std::uintptr_t>(static_cast<std::intptr_t>(hi) + pos * e + e);
-}
-
+/// True when the elements of the views x and y share a byte: the exact predicate of
+/// tensor/overlap.hpp (operands that only share an allocation, such as two column halves of one
+/// matrix, do not overlap).
 template <class V1, class V2>
 bool overlaps(const V1& x, const V2& y) {
-  std::uintptr_t a0, a1, b0, b1;
-  byte_span(x, a0, a1);
-  byte_span(y, b0, b1);
-  return a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1;
+  return regions_overlap(region_of(x), region_of(y));
 }
 
 template <class V>
@@ -115,10 +100,32 @@ void check_gemm_args(const char* who, const VA& a, const VB& b, const VC& c, con
     throw shape_error(std::string(who) + ": " + all() +
                       ": negative strides of A or B are not supported");
   if (overlaps(c, a))
-    throw shape_error(std::string(who) + ": " + all() + ": C overlaps A in memory (aliasing)");
+    throw shape_error(std::string(who) + ": " + all() +
+                      ": C overlaps A in memory (aliasing; C must not share memory with an "
+                      "operand the GEMM reads)");
   if (overlaps(c, b))
-    throw shape_error(std::string(who) + ": " + all() + ": C overlaps B in memory (aliasing)");
+    throw shape_error(std::string(who) + ": " + all() +
+                      ": C overlaps B in memory (aliasing; C must not share memory with an "
+                      "operand the GEMM reads)");
   ops.check(who, m, n);
+  // Epilogue operands (biases, residuals) are read while C is written, partial sums included
+  // (host_packed stores them in C between K blocks): none may share memory with C.
+  const mem_region rc = region_of(c);
+  ops.for_each_operand([&](const char* name, const mem_region& r) {
+    if (regions_overlap(rc, r))
+      throw shape_error(std::string(who) + ": " + all() + ": the epilogue operand epi::" + name +
+                        " overlaps C in memory (aliasing; C must not share memory with an "
+                        "operand the GEMM reads)");
+  });
+}
+
+/// Throws value_error unless each scaled operand's scale is valid (detail::valid_scale:
+/// positive, finite, normal), before anything is written.
+template <class OA, class OB, class OC>
+void check_gemm_scales(const char* who, const OA& oa, const OB& ob, const OC& oc) {
+  if constexpr (OA::scaled) require_valid_scale(who, "A", oa.scale);
+  if constexpr (OB::scaled) require_valid_scale(who, "B", ob.scale);
+  if constexpr (OC::scaled) require_valid_scale(who, "C (the output)", oc.scale);
 }
 
 } // namespace tessera::detail
