@@ -104,7 +104,7 @@ struct run {
   Scaler scaler;
   train::fp8_meta<train::delayed_scaling> w_meta{{.history_len = 4}};
   train::fp8_meta<train::current_scaling> g_meta{{.margin = 1}};
-  train::run_state state{.step = 0, .epoch = 0, .data_seed = 12345};
+  train::run_state state{.step = 0, .epoch = 0, .data_seed = 12345, .precision = ""};
 
   run(Opt o, Scaler s, std::uint64_t init_seed) : opt(std::move(o)), scaler(std::move(s)) {
     fill_uniform(w.value, init_seed, -0.5f, 0.5f);
@@ -548,7 +548,8 @@ TEST_CASE("round trip over parameters of many shapes (scalar, empty, prime, rank
     for (std::size_t m = 0; m < metas.size(); ++m)
       metas[m].record(static_cast<float>(s * 3 + m) + 0.5f);
   }
-  const train::run_state run{.step = 7, .epoch = 2, .data_seed = 0xfeedfacecafebeefull};
+  const train::run_state run{
+      .step = 7, .epoch = 2, .data_seed = 0xfeedfacecafebeefull, .precision = "bf16"};
   train::save_checkpoint(dir.path / "s.tsr", p, opt, scaler, run, metas);
 
   const auto q = make();
@@ -559,6 +560,7 @@ TEST_CASE("round trip over parameters of many shapes (scalar, empty, prime, rank
       3, train::fp8_meta<train::delayed_scaling>{
              {.history_len = 5, .amax_algo = train::amax_algorithm::most_recent}});
   train::run_state run2;
+  run2.precision = "bf16"; // as saved: checked, not restored
   train::load_checkpoint(dir.path / "s.tsr", q, opt2, scaler2, run2, metas2);
 
   const auto pv = snapshot_params(p), qv = snapshot_params(q);
