@@ -40,6 +40,7 @@
 #endif
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -194,6 +195,7 @@ private:
       // The census: ask everyone, collect answers for a grace period.
       std::vector<std::int64_t> answer(std::size_t(size_), -1);
       std::vector<MPI_Request> sent;
+      sent.reserve(std::size_t(size_));
       for (int r = 0; r < size_; ++r)
         if (r != rank_) {
           sent.emplace_back();
