@@ -90,7 +90,7 @@ TEST_CASE("integer flags take whole decimal integers in range", "[examples][opti
   for (const char* bad : {"-1", "86401"}) refused("--collective-timeout", bad);
 }
 
-TEST_CASE("--lr takes a finite positive number", "[examples][options]") {
+TEST_CASE("the learning rate (--lr) takes a finite positive number", "[examples][options]") {
   CHECK(parse({"--lr", "0.1"}).lr == 0.1f);
   CHECK(parse({"--lr", "1e-3"}).lr == 1e-3f);
   CHECK(parse({"--lr", "2"}).lr == 2.f);
