@@ -81,7 +81,8 @@ inline constexpr bool layer_declares_flops = Ok;
 /// Forward FLOPs per sample of layer I (of type Layer) on inputs InExt: what the layer declares
 /// (`forward_flops<InExt>`, read through nn::layer_traits, nn/layer.hpp). A layer that declares
 /// none stops the balanced cut at compile time, naming the layer: a guessed cost would balance
-/// the stages silently wrong. Cut such a model with pipeline<P, cut_at<I...>>.
+/// the stages silently wrong. Cut such a model with pipeline<P, cut_at<I...>>. (Plans without
+/// a pipeline, P = 1, compute no costs.)
 template <std::size_t I, class Layer, class InExt>
 struct layer_cost {
   static constexpr bool declared = nn::layer_traits<Layer>::template declares_flops<InExt>;
@@ -147,7 +148,9 @@ struct stage_bounds {
   static_assert(std::size_t(P) <= layers,
                 "tessera::parallel::pipeline<P>: the model has fewer layers than P stages");
   static constexpr std::array<std::size_t, P + 1> value = [] {
-    if constexpr (std::is_same_v<Cuts, balanced>) {
+    if constexpr (P == 1) { // one stage: no costs needed (a layer without FLOPs is fine)
+      return std::array<std::size_t, P + 1>{0, layers};
+    } else if constexpr (std::is_same_v<Cuts, balanced>) {
       return detail::balance<layers, std::size_t(P)>(layer_costs<Model>());
     } else {
       std::array<std::size_t, P + 1> b{};
