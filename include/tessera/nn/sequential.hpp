@@ -81,7 +81,8 @@ struct sequential_link {
     else
       return false;
   }();
-  static_assert(layer_accepts_its_input < I, !has_rule || ok >,
+  static constexpr bool fits = !has_rule || ok; // (no rule: reported above)
+  static_assert(layer_accepts_its_input<I, fits>,
                 "tessera::nn::Sequential: the layer at the index in "
                 "layer_accepts_its_input<index, false> does not accept the output shape of the "
                 "layer before it (sequential_link<index, layer before, layer, shape>, in the "
