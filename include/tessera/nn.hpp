@@ -10,6 +10,7 @@
 #include <tessera/nn/flatten.hpp>
 #include <tessera/nn/input.hpp>
 #include <tessera/nn/layer.hpp>
+#include <tessera/nn/layernorm.hpp> // optional: the layer works without this line
 #include <tessera/nn/linear.hpp>
 #include <tessera/nn/loss.hpp>
 #include <tessera/nn/parameter.hpp>
