@@ -9,19 +9,22 @@
 ///
 ///   class MyLayer {
 ///   public:
-///     explicit MyLayer(std::uint64_t seed);         // SeededLayer: Sequential seeds layer i
-///     auto parameters() const;                      // LayerWithParameters: a boost::hana tuple
-///                                                   //   of nn::parameter (empty:
-///                                                   hana::make_tuple())
-///     template <class InExt>                        // LayerShapeRule<L, InExt>: the shapes the
-///     static constexpr bool accepts = ...;          //   layer takes, checked at compile time,
-///     template <class InExt>                        //   and the shape it then returns
-///     using output_extents = ...;
-///     template <class Exec, class X>                // LayerForward<L, Exec, X>: returns a
-///     auto forward(const Exec&, const X& x);        //   tensor of output_extents<X's extents>
-///     template <class Exec, class DY>               // LayerBackward<L, Exec, DY>: dL/dx of the
-///     auto backward(const Exec&, const DY& dy,      //   last forward (an empty tensor when
-///                   bool need_dx = true);           //   !need_dx); OVERWRITES parameter grads
+///     // nn::SeededLayer: Sequential builds layer i from its own seed.
+///     explicit MyLayer(std::uint64_t seed);
+///     // nn::LayerWithParameters: a boost::hana tuple of nn::parameter (hana::make_tuple()
+///     // when there are none).
+///     auto parameters() const;
+///     // nn::LayerShapeRule<L, InExt>: the input shapes it takes, checked at compile time,
+///     // and the shape it then returns.
+///     template <class InExt> static constexpr bool accepts = ...;
+///     template <class InExt> using output_extents = ...;
+///     // nn::LayerForward<L, Exec, X>: the output (of output_extents<X's extents>), kept valid
+///     // until the next forward.
+///     template <class Exec, class X> auto forward(const Exec&, const X& x);
+///     // nn::LayerBackward<L, Exec, DY>: dL/dx of the last forward (an empty tensor when
+///     // !need_dx); OVERWRITES the parameters' gradients.
+///     template <class Exec, class DY>
+///     auto backward(const Exec&, const DY& dy, bool need_dx = true);
 ///   };
 ///
 /// Optional declarations (read through nn::layer_traits, which users may also specialise for a
@@ -36,13 +39,15 @@
 ///       pipeline cut (parallel/pipeline.hpp) weighs stages by. Not declared: the balanced cut
 ///       does not compile (it names the layer); cut by hand with pipeline<P, cut_at<I...>>, or
 ///       declare it. There is no guessed default, which would balance stages silently wrong.
-///   static constexpr bool is_input = true;       only nn::Input: the model's input shape
-///   using input_extents = extents<dyn, ...>;     the model input shape a first layer fixes
-///   auto fp8_states();                            fp8 scaling states for checkpoints
+///   using input_extents = extents<dyn, ...>;
+///       The model input shape a first layer fixes (nn::Input, nn::Linear): Sequential then
+///       checks the whole chain when the model type is instantiated; pipelines need it.
+///   auto fp8_states();
+///       The fp8 scaling states of an fp8 layer, for checkpoints.
 ///
 /// Dependencies: nn/ includes tensor/, gemm/, conv/ and train/ (parameters, fp8 recipes), never
-/// parallel/; parallel/ reads the declarations above and never names a concrete layer to decide
-/// how to treat it.
+/// parallel/. parallel/ decides how to treat a layer from the declarations above; only its
+/// column/row shard types are written for concrete layers (nn::Linear, nn::Conv2d).
 
 #include <tessera/nn/parameter.hpp>
 #include <tessera/tensor.hpp>
