@@ -13,6 +13,6 @@ struct silent_layer { // a Layer, but it says nothing about its cost
   using output_extents = InExt;
 };
 
-using Model = tessera::nn::Sequential<tessera::nn::Linear<4, 8>, silent_layer,
-                                      tessera::nn::Linear<8, 2>>;
+using Model =
+    tessera::nn::Sequential<tessera::nn::Linear<4, 8>, silent_layer, tessera::nn::Linear<8, 2>>;
 constexpr auto cut = tessera::parallel::stage_bounds<Model, 2>::value;
