@@ -9,6 +9,7 @@
 ///   auto dx = relu.backward(exec, dy); // dy * (y > 0) = dy * (x > 0)
 
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/layer.hpp>
 
 #include <boost/hana/tuple.hpp>
 
@@ -60,6 +61,11 @@ public:
   static constexpr bool accepts = InExt::rank >= 1;
   template <class InExt>
   using output_extents = InExt;
+  /// nn/layer.hpp: element-wise, so a feature shard is computed as the whole; one comparison
+  /// per element.
+  static constexpr split_kind tensor_split = split_kind::per_feature;
+  template <class InExt>
+  static constexpr double forward_flops = elements_per_sample<InExt>;
 
   explicit ReLU(std::uint64_t /*seed*/ = 0) : y_("relu.y"), dx_("relu.dx") {}
   auto parameters() const { return boost::hana::make_tuple(); }
@@ -141,6 +147,11 @@ public:
   static constexpr bool accepts = InExt::rank >= 1;
   template <class InExt>
   using output_extents = InExt;
+  /// nn/layer.hpp: element-wise; counted as one operation per element, like the activations
+  /// (erf's cost is not a FLOP count any two libraries agree on).
+  static constexpr split_kind tensor_split = split_kind::per_feature;
+  template <class InExt>
+  static constexpr double forward_flops = elements_per_sample<InExt>;
 
   explicit GELU(std::uint64_t /*seed*/ = 0) : y_("gelu.y"), dx_("gelu.dx"), x_("gelu.x") {}
   auto parameters() const { return boost::hana::make_tuple(); }

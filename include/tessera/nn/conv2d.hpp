@@ -17,6 +17,7 @@
 
 #include <tessera/conv/conv2d.hpp>
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/layer.hpp>
 
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/tuple.hpp>
@@ -70,6 +71,16 @@ public:
   template <class InExt>
   using output_extents =
       extents<dyn, OutC, out_size(InExt::static_extent(2)), out_size(InExt::static_extent(3))>;
+  /// nn/layer.hpp: split by output or input channels when ungrouped (replicated otherwise);
+  /// 2 OutC P Q InC/groups K^2 FLOPs per sample.
+  static constexpr split_kind tensor_split =
+      Opt.groups == 1 ? split_kind::splittable : split_kind::replicate;
+  template <class InExt>
+  static constexpr double forward_flops = 2.0 * double(OutC) *
+                                          double(out_size(InExt::static_extent(2))) *
+                                          double(out_size(InExt::static_extent(3))) *
+                                          double(InC / Opt.groups) * double(Kernel) *
+                                          double(Kernel);
 
   /// Parameters initialised as PyTorch does, fan_in = InC/groups * Kernel^2.
   explicit Conv2d(std::uint64_t seed = 0)

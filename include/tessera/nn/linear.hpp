@@ -17,6 +17,7 @@
 
 #include <tessera/gemm/gemm.hpp>
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/layer.hpp>
 
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/tuple.hpp>
@@ -49,6 +50,11 @@ public:
                                   (InExt::static_extent(1) == In || InExt::static_extent(1) == dyn);
   template <class InExt>
   using output_extents = extents<dyn, Out>;
+  /// nn/layer.hpp: parallel/ splits it by output (column) or input (row) features; 2 In Out
+  /// FLOPs per sample (a multiply and an add per weight).
+  static constexpr split_kind tensor_split = split_kind::splittable;
+  template <class InExt>
+  static constexpr double forward_flops = 2.0 * double(In) * double(Out);
 
   /// Parameters initialised as PyTorch does (kaiming_uniform a = sqrt(5), uniform bias with
   /// bound 1/sqrt(In)), from the counter-based generator: the same seed gives the same layer.

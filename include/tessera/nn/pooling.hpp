@@ -12,6 +12,7 @@
 
 #include <tessera/nn/activation.hpp>
 #include <tessera/nn/detail/maxpool2_simd.hpp>
+#include <tessera/nn/layer.hpp>
 
 namespace tessera::nn {
 
@@ -33,6 +34,10 @@ public:
   template <class InExt>
   using output_extents = extents<dyn, InExt::static_extent(1), pooled(InExt::static_extent(2)),
                                  pooled(InExt::static_extent(3))>;
+  /// nn/layer.hpp: each channel pooled alone; K^2 comparisons per output.
+  static constexpr split_kind tensor_split = split_kind::per_feature;
+  template <class InExt>
+  static constexpr double forward_flops = double(K* K) * elements_per_sample<output_extents<InExt>>;
 
   explicit MaxPool2d(std::uint64_t /*seed*/ = 0)
       : y_("maxpool.y"), dx_("maxpool.dx"), arg_("maxpool.argmax") {}

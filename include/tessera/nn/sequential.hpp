@@ -1,11 +1,14 @@
 #pragma once
 /// \file nn/sequential.hpp
 /// nn::Sequential<Layers...>: layers applied in order, a compile-time list (a boost::hana
-/// tuple). When the first layer fixes the input shape (nn::Input<Dims...> or nn::Linear), the
-/// static shapes are checked layer to layer when the model type is instantiated; otherwise at
-/// the first forward, from the input's type. A mismatch is a static_assert in
-/// detail::sequential_link<I, Previous, Next, Shape>, whose template arguments (printed by the
-/// compiler with the assertion) name the index, both layers and the shape that did not fit.
+/// tuple). Every layer must be an nn::Layer (nn/layer.hpp); a type that misses a requirement
+/// fails with the sentence of that requirement, and the assertion's expression names the index
+/// and the type (layer_requirement<index, type, false>). When the first layer fixes the input
+/// shape (nn::Input<Dims...> or nn::Linear), the static shapes are checked layer to layer when
+/// the model type is instantiated; otherwise at the first forward, from the input's type. A
+/// mismatch fails with "layer_accepts_its_input<index, false>" (the index of the layer that
+/// does not fit) and detail::sequential_link<I, Previous, Next, Shape> in the instantiation
+/// names both layers and the shape.
 ///
 ///   using Model = tessera::nn::Sequential<tessera::nn::Input<784>,
 ///                                         tessera::nn::Linear<784, 128>, tessera::nn::ReLU,
@@ -20,6 +23,7 @@
 /// layer with parameters (nothing before it needs it).
 
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/layer.hpp>
 
 #include <boost/hana/at.hpp>
 #include <boost/hana/flatten.hpp>
@@ -37,14 +41,52 @@ namespace tessera::nn {
 
 namespace detail {
 
-/// Checked for each pair of consecutive layers: Next must accept Shape, the output shape of
-/// Previous (layer I - 1; for I == 0, Previous is void and Shape the model input's shape).
+/// `Ok` under a name that carries the layer's index and type: compilers print a failed
+/// static_assert's expression with the template arguments, so the error names the index.
+template <std::size_t LayerIndex, class LayerType, bool Ok>
+inline constexpr bool layer_requirement = Ok;
+template <std::size_t LayerIndex, bool Ok>
+inline constexpr bool layer_accepts_its_input = Ok;
+
+/// Checked for every layer type: the nn::Layer requirements, one sentence each.
+template <std::size_t I, class L>
+struct sequential_layer_check {
+  static_assert(layer_requirement<I, L, SeededLayer<L>>,
+                "tessera::nn::Sequential: this layer (index and type in "
+                "layer_requirement<index, type, false>) is not an nn::Layer: it has no "
+                "constructor from a std::uint64_t seed (nn::SeededLayer, nn/layer.hpp).");
+  static_assert(layer_requirement<I, L, LayerWithParameters<L>>,
+                "tessera::nn::Sequential: this layer (index and type in "
+                "layer_requirement<index, type, false>) is not an nn::Layer: it has no "
+                "`parameters() const` returning a boost::hana::tuple of nn::parameter "
+                "(nn::LayerWithParameters, nn/layer.hpp; a layer without parameters returns "
+                "boost::hana::make_tuple()).");
+  static constexpr bool ok = Layer<L>;
+};
+
+/// Checked for each pair of consecutive layers: Next must declare its shape rule and accept
+/// Shape, the output shape of Previous (layer I - 1; for I == 0, Previous is void and Shape the
+/// model input's shape).
 template <std::size_t I, class Previous, class Next, class Shape>
 struct sequential_link {
-  static constexpr bool ok = Next::template accepts<Shape>;
-  static_assert(ok, "tessera::nn::Sequential: layer I does not accept the output shape of layer "
-                    "I - 1 (sequential_link<I, layer I - 1, layer I, layer I - 1's output shape>, "
-                    "in the instantiation above, names both layers and the shape).");
+  static constexpr bool has_rule = LayerShapeRule<Next, Shape>;
+  static_assert(layer_requirement<I, Next, has_rule>,
+                "tessera::nn::Sequential: this layer (index and type in "
+                "layer_requirement<index, type, false>) is not an nn::Layer: it declares no "
+                "shape rule (template <class InExt> static constexpr bool accepts, and "
+                "template <class InExt> using output_extents; nn::LayerShapeRule, nn/layer.hpp).");
+  static constexpr bool ok = [] {
+    if constexpr (has_rule)
+      return bool(Next::template accepts<Shape>);
+    else
+      return false;
+  }();
+  static constexpr bool fits = !has_rule || ok; // (no rule: reported above)
+  static_assert(layer_accepts_its_input<I, fits>,
+                "tessera::nn::Sequential: the layer at the index in "
+                "layer_accepts_its_input<index, false> does not accept the output shape of the "
+                "layer before it (sequential_link<index, layer before, layer, shape>, in the "
+                "instantiation above, names both layers and the shape).");
 };
 
 template <bool Ok, class L, class Shape>
@@ -118,10 +160,18 @@ class Sequential {
   template <class Shape>
   using chain_t = typename detail::shape_chain<0, void, Shape, Layers...>::type;
 
+  template <std::size_t... I>
+  static constexpr bool all_layers(std::index_sequence<I...>) {
+    return (detail::sequential_layer_check<I, Layers>::ok && ...);
+  }
+  static constexpr bool layers_ok = all_layers(std::index_sequence_for<Layers...>{});
+
   // Instantiating the model type runs the layer-to-layer checks when the input is fixed.
-  static_assert(detail::static_shape_check<Layers...>::value,
-                "tessera::nn::Sequential: the layers' static shapes do not fit (see the "
-                "sequential_link error above).");
+  // (After a missing requirement, no shape check: one error, not a cascade.)
+  static_assert(
+      std::conditional_t<layers_ok, detail::static_shape_check<Layers...>, std::true_type>::value,
+      "tessera::nn::Sequential: the layers' static shapes do not fit (see the "
+      "sequential_link error above).");
 
 public:
   /// The model's output shape for inputs of shape InExt (void if a layer does not fit).
@@ -202,6 +252,11 @@ private:
 
   template <std::size_t I, class Exec, class X>
   auto forward_from(const Exec& exec, const X& x) {
+    using L = std::tuple_element_t<I, std::tuple<Layers...>>;
+    static_assert(detail::layer_requirement<I, L, LayerForward<L, Exec, X>>,
+                  "tessera::nn::Sequential::forward: this layer (index and type in "
+                  "layer_requirement<index, type, false>) has no forward(exec, x) for the tensor "
+                  "the layer before it returns (nn::LayerForward, nn/layer.hpp).");
     if constexpr (I + 1 == N) {
       return boost::hana::at_c<I>(layers_).forward(exec, x);
     } else {
@@ -217,6 +272,11 @@ private:
 
   template <std::size_t I, class Exec, class DY>
   auto backward_from(const Exec& exec, const DY& dy, bool need_input_grad) {
+    using L = std::tuple_element_t<I, std::tuple<Layers...>>;
+    static_assert(detail::layer_requirement<I, L, LayerBackward<L, Exec, DY>>,
+                  "tessera::nn::Sequential::backward: this layer (index and type in "
+                  "layer_requirement<index, type, false>) has no backward(exec, dy, need_dx) for "
+                  "the gradient the layer after it returns (nn::LayerBackward, nn/layer.hpp).");
     constexpr bool before = params_before<I>(std::make_index_sequence<I>{});
     auto dx = boost::hana::at_c<I>(layers_).backward(exec, dy, before || need_input_grad);
     if constexpr (I == 0) {

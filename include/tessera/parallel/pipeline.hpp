@@ -10,10 +10,11 @@
 ///   tessera::parallel::run_pipeline_stage<one_f_one_b, /*M=*/4, s, P, In>(
 ///       exec, stage, mesh.pipeline, x, labels, loss);
 ///
-/// Stages are balanced by a constexpr cost, the forward FLOPs per sample of each layer from
-/// the static shapes (2 In Out for Linear, 2 OutC P Q InC/groups K^2 for Conv2d, one per
-/// output element for the others), choosing the cuts that minimise the most expensive stage;
-/// or cut where pipeline<P, cut_at<I...>> says (stage k ends before layer I_k).
+/// Stages are balanced by a constexpr cost, the forward FLOPs per sample each layer declares
+/// for its static input shape (nn/layer.hpp's `forward_flops`: 2 In Out for Linear,
+/// 2 OutC P Q InC/groups K^2 for Conv2d, one per element for ReLU/GELU, ...; a layer without
+/// the declaration fails to compile here), choosing the cuts that minimise the most expensive
+/// stage; or cut where pipeline<P, cut_at<I...>> says (stage k ends before layer I_k).
 ///
 /// Memory: tessera's layers keep the state of their last forward only, so a backward whose
 /// forward was not the stage's latest first re-runs that forward from the saved stage input
@@ -22,8 +23,7 @@
 /// Parameter gradients are summed over the micro-batches (each micro-batch's loss gradient is
 /// scaled by 1/M), so they equal the gradient of the mean loss over the whole batch.
 
-#include <tessera/nn/conv2d.hpp>
-#include <tessera/nn/linear.hpp>
+#include <tessera/nn/layer.hpp>
 #include <tessera/nn/sequential.hpp>
 #include <tessera/parallel/communicator.hpp>
 #include <tessera/parallel/policies.hpp>
@@ -73,27 +73,31 @@ struct layer_input<Model, 0> {
   using type = typename model_traits<Model>::template layer<0>::input_extents;
 };
 
-/// Forward FLOPs per sample of Layer on inputs InExt: the default counts one per output
-/// element (activations, pooling, reshapes); Linear and Conv2d count their products.
-template <class Layer, class InExt>
+namespace detail {
+template <std::size_t LayerIndex, class LayerType, bool Ok>
+inline constexpr bool layer_declares_flops = Ok;
+} // namespace detail
+
+/// Forward FLOPs per sample of layer I (of type Layer) on inputs InExt: what the layer declares
+/// (`forward_flops<InExt>`, read through nn::layer_traits, nn/layer.hpp). A layer that declares
+/// none stops the balanced cut at compile time, naming the layer: a guessed cost would balance
+/// the stages silently wrong. Cut such a model with pipeline<P, cut_at<I...>>. (Plans without
+/// a pipeline, P = 1, compute no costs.)
+template <std::size_t I, class Layer, class InExt>
 struct layer_cost {
-  using out = typename Layer::template output_extents<InExt>;
+  static constexpr bool declared = nn::layer_traits<Layer>::template declares_flops<InExt>;
+  static_assert(detail::layer_declares_flops<I, Layer, declared>,
+                "tessera::parallel::pipeline<P> (balanced): the layer in "
+                "layer_declares_flops<index, type, false> declares no forward FLOPs; give it "
+                "`template <class InExt> static constexpr double forward_flops = ...;` (per "
+                "sample, nn/layer.hpp), specialise nn::layer_traits for it, or cut the stages "
+                "by hand with pipeline<P, cut_at<I...>>.");
   static constexpr double value = [] {
-    double n = 1;
-    for (std::size_t d = 1; d < out::rank; ++d) n *= double(out::static_extent(d));
-    return n;
+    if constexpr (declared)
+      return nn::layer_traits<Layer>::template forward_flops<InExt>;
+    else
+      return 0.0;
   }();
-};
-template <index_t In, index_t Out, class P, class InExt>
-struct layer_cost<nn::Linear<In, Out, P>, InExt> {
-  static constexpr double value = 2.0 * double(In) * double(Out);
-};
-template <index_t InC, index_t OutC, index_t K, nn::conv_options O, class P, class InExt>
-struct layer_cost<nn::Conv2d<InC, OutC, K, O, P>, InExt> {
-  using out = typename nn::Conv2d<InC, OutC, K, O, P>::template output_extents<InExt>;
-  static constexpr double value = 2.0 * double(OutC) * double(out::static_extent(2)) *
-                                  double(out::static_extent(3)) * double(InC / O.groups) *
-                                  double(K) * double(K);
 };
 
 /// The per-layer costs of Model, in order.
@@ -101,7 +105,7 @@ template <class Model>
 constexpr auto layer_costs() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
     return std::array<double, sizeof...(I)>{
-        layer_cost<typename model_traits<Model>::template layer<I>,
+        layer_cost<I, typename model_traits<Model>::template layer<I>,
                    typename layer_input<Model, I>::type>::value...};
   }
   (std::make_index_sequence<model_traits<Model>::size>{});
@@ -144,7 +148,9 @@ struct stage_bounds {
   static_assert(std::size_t(P) <= layers,
                 "tessera::parallel::pipeline<P>: the model has fewer layers than P stages");
   static constexpr std::array<std::size_t, P + 1> value = [] {
-    if constexpr (std::is_same_v<Cuts, balanced>) {
+    if constexpr (P == 1) { // one stage: no costs needed (a layer without FLOPs is fine)
+      return std::array<std::size_t, P + 1>{0, layers};
+    } else if constexpr (std::is_same_v<Cuts, balanced>) {
       return detail::balance<layers, std::size_t(P)>(layer_costs<Model>());
     } else {
       std::array<std::size_t, P + 1> b{};

@@ -32,6 +32,13 @@
 /// is replicated: every tensor rank computes it whole, with identical results. Conv2d with
 /// groups != 1 and every other layer with parameters are replicated too.
 ///
+/// Which layers pair, pass through or are replicated is what each layer declares
+/// (`tensor_split`, read through nn::layer_traits, nn/layer.hpp): nn::split_kind::splittable
+/// (Linear, Conv2d with groups 1), per_feature (ReLU, GELU, MaxPool2d, Flatten, Input), and
+/// replicate, the default of a layer that declares nothing (e.g. nn::LayerNorm, whose
+/// statistics need every feature: it breaks a pair, and each tensor rank computes it whole on
+/// the whole activations, its parameters identical across the group).
+///
 /// Widths T does not divide fail at compile time: the static_assert in
 /// detail::tensor_split_check<I, Layer, T, false> names the layer index I and its type.
 /// Tensor-parallel layers compute in fp32 or bf16 (fp8 scales would have to be agreed across
@@ -391,35 +398,14 @@ public:
 
 namespace detail {
 
-enum class tp_kind : std::uint8_t { other, splittable, per_feature };
+/// How the split treats a layer: what the layer declares about itself (nn::layer_traits,
+/// nn/layer.hpp), split_kind::replicate when it declares nothing. No concrete layer is named
+/// here: a new layer is paired, passed through or replicated by its own declaration.
+using tp_kind = nn::split_kind;
 
 template <class L>
 struct tp_kind_of {
-  static constexpr tp_kind value = tp_kind::other;
-};
-template <index_t In, index_t Out, class P>
-struct tp_kind_of<nn::Linear<In, Out, P>> {
-  static constexpr tp_kind value = tp_kind::splittable;
-};
-template <index_t InC, index_t OutC, index_t K, nn::conv_options O, class P>
-struct tp_kind_of<nn::Conv2d<InC, OutC, K, O, P>> {
-  static constexpr tp_kind value = O.groups == 1 ? tp_kind::splittable : tp_kind::other;
-};
-template <>
-struct tp_kind_of<nn::ReLU> {
-  static constexpr tp_kind value = tp_kind::per_feature;
-};
-template <>
-struct tp_kind_of<nn::GELU> {
-  static constexpr tp_kind value = tp_kind::per_feature;
-};
-template <index_t K>
-struct tp_kind_of<nn::MaxPool2d<K>> {
-  static constexpr tp_kind value = tp_kind::per_feature;
-};
-template <>
-struct tp_kind_of<nn::Flatten> {
-  static constexpr tp_kind value = tp_kind::per_feature;
+  static constexpr tp_kind value = nn::layer_traits<L>::tensor_split;
 };
 
 /// Pairs each splittable layer with the next one when only per-feature layers lie between.
@@ -465,10 +451,20 @@ struct tensor_split_precision_check {
   static constexpr bool ok = Ok;
 };
 
+template <std::size_t LayerIndex, class LayerType, bool Ok>
+inline constexpr bool layer_has_shard_types = Ok;
+
+/// A layer the split leaves whole. A layer that declares split_kind::splittable lands here when
+/// it was paired but parallel/ has no column/row-parallel shard types for it.
 template <std::size_t I, class L, split_role R, int T>
 struct split_layer {
+  static_assert(layer_has_shard_types<I, L, R == split_role::replicate>,
+                "tessera::parallel::tensor<T>: the layer in layer_has_shard_types<index, type, "
+                "false> declares nn::split_kind::splittable, but parallel/tensor_parallel.hpp "
+                "has column- and row-parallel shard types only for nn::Linear and nn::Conv2d "
+                "(groups 1); declare split_kind::replicate (or nothing) for it.");
   using type = L;
-  static constexpr bool ok = true;
+  static constexpr bool ok = R == split_role::replicate;
 };
 template <std::size_t I, index_t In, index_t Out, class P, split_role R, int T>
 requires(R != split_role::replicate) struct split_layer<I, nn::Linear<In, Out, P>, R, T> {

@@ -11,6 +11,7 @@
 #include <tessera/tensor/tensor.hpp>
 
 #include <string>
+#include <type_traits>
 
 namespace tessera {
 
@@ -44,6 +45,17 @@ void deep_copy(const Tensor<P, E1, L, M1>& dst, const Tensor<P, E2, L, M2>& src)
     if (static_cast<const void*>(dst.data()) != static_cast<const void*>(src.data()))
       detail::require_no_overlap("tessera::deep_copy", "dst", dst.view(), "src", src.view());
   Kokkos::deep_copy(dst.kokkos_view(), src.kokkos_view());
+}
+
+/// deep_copy between precisions does not exist: it would have to round. This overload only
+/// turns "no matching function" into a sentence.
+template <class P1, class E1, class L1, class M1, class P2, class E2, class L2, class M2>
+requires(!std::is_same_v<P1, P2>) void deep_copy(const Tensor<P1, E1, L1, M1>&,
+                                                 const Tensor<P2, E2, L2, M2>&) {
+  static_assert(std::is_same_v<P1, P2>,
+                "tessera::deep_copy: dst and src must have the same precision (deep_copy copies "
+                "elements bit for bit); to change precision use tessera::convert_into(exec, dst, "
+                "src) or tessera::cast<To>(src), which round to nearest.");
 }
 
 /// A host copy of any tensor (for inspection and tests).

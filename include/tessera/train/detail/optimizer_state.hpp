@@ -5,7 +5,7 @@
 /// parameter's size. Private: reached through an optimizer's `state` member.
 
 #include <tessera/config/error.hpp>
-#include <tessera/nn/parameter.hpp>
+#include <tessera/train/parameter.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <boost/hana/for_each.hpp>
