@@ -466,7 +466,11 @@ void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& b
   using px = typename XV::precision;
   using pw = typename WV::precision;
   using py = typename YV::precision;
-  const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
+  // Named copies, not a structured binding: lambdas below capture them (clang < 16 cannot
+  // capture structured bindings).
+  [[maybe_unused]] const index_t N = pb.N, C = pb.C, H = pb.H, W = pb.W, K = pb.K, R = pb.R,
+                                 S = pb.S, P = pb.P, Q = pb.Q, G = pb.G, Cg = pb.Cg, Kg = pb.Kg;
+  const conv2d_params& prm = pb.prm;
   if (N == 0) return;
   if (pb.one_channel_per_group()) {
     direct_cg1_forward<has_bias>(exec, x, w, bias, y, prm, alpha, epi);
@@ -551,7 +555,11 @@ void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, con
   using pdy = typename DYV::precision;
   using pw = typename WV::precision;
   using pdx = typename DXV::precision;
-  const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
+  // Named copies, not a structured binding: lambdas below capture them (clang < 16 cannot
+  // capture structured bindings).
+  [[maybe_unused]] const index_t N = pb.N, C = pb.C, H = pb.H, W = pb.W, K = pb.K, R = pb.R,
+                                 S = pb.S, P = pb.P, Q = pb.Q, G = pb.G, Cg = pb.Cg, Kg = pb.Kg;
+  const conv2d_params& prm = pb.prm;
   if (N == 0) return;
   if (pb.one_channel_per_group()) {
     direct_cg1_backward_data(exec, dy, w, dx, prm, alpha);
@@ -640,7 +648,11 @@ void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, c
   using px = typename XV::precision;
   using pdy = typename DYV::precision;
   using pdw = typename DWV::precision;
-  const auto& [N, C, H, W, K, R, S, P, Q, G, Cg, Kg, prm] = pb;
+  // Named copies, not a structured binding: lambdas below capture them (clang < 16 cannot
+  // capture structured bindings).
+  [[maybe_unused]] const index_t N = pb.N, C = pb.C, H = pb.H, W = pb.W, K = pb.K, R = pb.R,
+                                 S = pb.S, P = pb.P, Q = pb.Q, G = pb.G, Cg = pb.Cg, Kg = pb.Kg;
+  const conv2d_params& prm = pb.prm;
   if (pb.one_channel_per_group()) { // N == 0 included: the empty sums give zeros
     direct_cg1_backward_weight(exec, x, dy, dw, prm, alpha);
     exec.fence();

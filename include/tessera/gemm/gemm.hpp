@@ -223,7 +223,9 @@ float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const
     return detail::batch_operand(o, o.view.extent(0) == 1 ? 0 : i);
   };
   for (index_t i = 0; i < nb; ++i) {
-    const auto a = pick(oa, i), b = pick(ob, i), c = detail::batch_operand(oc, i);
+    const auto a = pick(oa, i); // three declarations: a, b and c may have different types
+    const auto b = pick(ob, i);
+    const auto c = detail::batch_operand(oc, i);
     detail::check_gemm_args("tessera::gemm_batched", a.view, b.view, c.view, e.ops);
   }
   for (index_t i = 0; i < nb; ++i) {

@@ -69,8 +69,10 @@ class tensor_group {
 public:
   tensor_group() = default;
 
-  template <Communicator C>
-  explicit tensor_group(C comm) {
+  // Not for C = tensor_group: checking Communicator<tensor_group> asks whether tensor_group is
+  // move-constructible, which would consider this constructor again (clang stops there).
+  template <class C>
+  requires(!std::is_same_v<C, tensor_group> && Communicator<C>) explicit tensor_group(C comm) {
     auto c = std::make_shared<C>(std::move(comm));
     rank_ = c->rank();
     size_ = c->size();

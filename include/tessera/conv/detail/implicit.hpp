@@ -349,7 +349,8 @@ void run_weight(const Exec& exec, const geometry& g, const float* in, index_t in
                 index_t in_hs, const float* dy, index_t dy_ns, index_t dy_cs, float* scratch,
                 const Store& store) {
   const int parts = weight_parts(exec, g);
-  const auto [kp, blocks] = weight_blocking(g);
+  const weight_blocks wb = weight_blocking(g); // not a structured binding: the lambda uses them
+  const index_t kp = wb.kp, blocks = wb.blocks;
   const index_t kred = g.kred(), np = g.npad(), rows = weight_rows(g), RS = g.R * g.S;
   const index_t units = g.N * g.G * blocks, ldt = KC + 16;
   const std::size_t per_part = weight_scratch_floats(g);
