@@ -13,7 +13,13 @@
 // Conv2d pairs are split T ways (Megatron column/row halves), and the layers are cut into P
 // stages (balanced by FLOPs) fed 4 micro-batches on the 1F1B schedule. The run needs exactly
 // D * T * P processes; otherwise every rank prints why and the job stops. Batches are cut to a
-// multiple of D (times 4 with a pipeline); only rank 0 prints.
+// multiple of D (times 4 with a pipeline); only rank 0 prints. An error on any rank ends the
+// whole job with that rank's message; a rank that waits longer than --collective-timeout
+// SECONDS (default 300, 0: forever) in one collective or transfer names the ranks that did not
+// arrive and ends the job.
+//
+// Every flag's value is checked whole and range-checked (train_fashion_mnist_options.hpp); a bad
+// one prints what is wrong and the usage line and exits with code 2.
 //
 // Model (FashionCNN): Conv2d(1,32,3,pad 1) ReLU MaxPool2d(2); Conv2d(32,64,3,pad 1) ReLU
 // MaxPool2d(2); Flatten; Linear(3136,128) ReLU; Linear(128,10). SGD lr 0.05, momentum 0.9,
@@ -22,11 +28,14 @@
 // dynamic loss scaler (PyTorch GradScaler rules); fp32 runs none.
 //
 // --checkpoint FILE saves the whole training state (fp32 masters, SGD momentum, loss scaler, fp8
-// scaling states, epoch and data seed; tessera/train/checkpoint.hpp) atomically after every
-// epoch. --resume FILE restores it and continues with the next epoch up to --epochs: the result
-// is bit-identical to the uninterrupted run with the same thread count (the data order of an
-// epoch depends only on the seed and the epoch). At the end the example prints an FNV-1a hash of
-// the master weights, so two runs can be compared exactly.
+// scaling states, epoch, data seed and precision; tessera/train/checkpoint.hpp) atomically after
+// every epoch; that FILE can be written is checked before training starts. --resume FILE restores
+// it and continues with the next epoch up to --epochs: the result is bit-identical to the
+// uninterrupted run with the same thread count (the data order of an epoch depends only on the seed
+// and the epoch). At the end the example prints an FNV-1a hash of the master weights, so two runs
+// can be compared exactly.
+#include "train_fashion_mnist_options.hpp"
+
 #include <tessera/data/idx.hpp>
 #include <tessera/nn.hpp>
 #include <tessera/train/checkpoint.hpp>
@@ -67,102 +76,12 @@ using FashionCNN =
                    nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128, P>, nn::ReLU,
                    nn::Linear<128, 10, P>>;
 
-struct options {
-  std::string precision = "fp32";
-  int epochs = 1;
-  int threads = 0; // 0: Kokkos' default
-  index_t limit = 6000;
-  index_t test_limit = 0; // 0: all 10,000 test images
-  index_t batch = 64;
-  float lr = 0.05f;
-  std::uint64_t seed = 1;
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string checkpoint, resume;
-  bool progress = true;
-  std::string plan;                                      // "" : one process, no MPI
-  int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
-};
+using fashion::options;
 
-[[noreturn]] void usage(const char* msg, int code = 2) {
-  std::fprintf(stderr,
-               "%s\nusage: train_fashion_mnist [--precision fp32|bf16|fp8] [--epochs N] "
-               "[--threads N] [--limit N | --full] [--test-limit N] [--batch N] [--lr X] "
-               "[--seed N] [--data DIR] [--checkpoint FILE] [--resume FILE] [--no-progress] "
-               "[--plan data=D,tensor=T,pipeline=P (each 1 or 2; under mpiexec)]\n",
-               msg);
-  std::exit(code);
-}
-
-/// --plan data=D,tensor=T,pipeline=P: comma-separated, any order, each at most once, 1 or 2.
-void parse_plan(options& o) {
-  bool seen[3] = {false, false, false};
-  std::size_t at = 0;
-  while (at <= o.plan.size()) {
-    const std::size_t comma = std::min(o.plan.find(',', at), o.plan.size());
-    const std::string item = o.plan.substr(at, comma - at);
-    const std::size_t eq = item.find('=');
-    const std::string key = item.substr(0, eq == std::string::npos ? item.size() : eq);
-    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
-    const int k = key == "data" ? 0 : key == "tensor" ? 1 : key == "pipeline" ? 2 : -1;
-    if (k < 0 || seen[k] || (value != "1" && value != "2"))
-      usage(("--plan " + o.plan + ": give data=D,tensor=T,pipeline=P, each 1 or 2 and at most once")
-                .c_str());
-    seen[k] = true;
-    (k == 0 ? o.plan_data : k == 1 ? o.plan_tensor : o.plan_pipeline) = value == "2" ? 2 : 1;
-    at = comma + 1;
-  }
-  if (o.precision == "fp8") usage("--plan trains in fp32 or bf16 (the tensor split has no fp8)");
-  if (!o.checkpoint.empty() || !o.resume.empty())
-    usage("--plan does not take --checkpoint or --resume");
-}
-
-options parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--precision")
-      o.precision = next();
-    else if (a == "--epochs")
-      o.epochs = std::stoi(next());
-    else if (a == "--threads")
-      o.threads = std::stoi(next());
-    else if (a == "--limit")
-      o.limit = std::stol(next());
-    else if (a == "--test-limit")
-      o.test_limit = std::stol(next());
-    else if (a == "--full")
-      o.limit = 0, o.epochs = 3;
-    else if (a == "--batch")
-      o.batch = std::stol(next());
-    else if (a == "--lr")
-      o.lr = std::stof(next());
-    else if (a == "--seed")
-      o.seed = std::stoull(next());
-    else if (a == "--data")
-      o.data = next();
-    else if (a == "--checkpoint")
-      o.checkpoint = next();
-    else if (a == "--resume")
-      o.resume = next();
-    else if (a == "--no-progress")
-      o.progress = false;
-    else if (a == "--plan")
-      o.plan = next();
-    else if (a.rfind("--kokkos", 0) == 0)
-      continue; // Kokkos' own flags
-    else
-      usage(("unknown argument " + a).c_str());
-  }
-  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp8")
-    usage("--precision must be fp32, bf16 or fp8");
-  if (o.epochs < 1 || o.batch < 1 || o.limit < 0 || o.test_limit < 0)
-    usage("--epochs, --batch must be >= 1, --limit and --test-limit >= 0");
-  if (!o.plan.empty()) parse_plan(o);
-  return o;
+/// The message, then the usage line, on stderr; exit code 2.
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr, "train_fashion_mnist: %s\n%s\n", msg.c_str(), fashion::usage_text());
+  std::exit(2);
 }
 
 /// Images as normalised floats (N, 28*28) and labels as ints.
@@ -251,6 +170,8 @@ template <class Prec>
 int run(const options& o) {
   using exec_space = Kokkos::DefaultExecutionSpace;
   const exec_space exec;
+  // A checkpoint that cannot be written fails now, not after the first epoch.
+  if (!o.checkpoint.empty()) tessera::train::check_checkpoint_writable(o.checkpoint);
   const auto train_set = load(o.data, "train", o.limit);
   const auto test_set = load(o.data, "t10k", o.test_limit);
   std::fprintf(stderr,
@@ -265,7 +186,9 @@ int run(const options& o) {
   tessera::train::dynamic_scaler<> scaler;
   const auto params = model.parameters();
   const auto fp8_states = model.fp8_states();
-  tessera::train::run_state state{.step = 0, .epoch = 0, .data_seed = o.seed};
+  // The precision is saved with the checkpoint; a resume in another precision is refused.
+  tessera::train::run_state state{
+      .step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
   if (!o.resume.empty()) {
     tessera::train::load_checkpoint(o.resume, params, opt, scaler, state, fp8_states);
     if (state.data_seed != o.seed)
@@ -340,7 +263,11 @@ int run_plan(const options& o) {
   constexpr index_t granule = index_t(D) * micro_batches; // a global batch is a multiple of it
   constexpr bool scaled = !std::is_same_v<Prec, tessera::fp32>;
   const exec_space exec;
-  auto mesh = tp::make_mesh_or_abort<Plan>(tp::mpi_communicator::world());
+  // The watchdog: a rank that waits longer than --collective-timeout in one operation names
+  // the ranks that did not arrive and ends the job (the mesh's groups inherit the timeout).
+  auto world = tp::mpi_communicator::world();
+  world.set_collective_timeout(o.collective_timeout);
+  auto mesh = tp::make_mesh_or_abort<Plan>(world);
   const bool root = mesh.world.rank() == 0;
   const auto train_set = load(o.data, "train", o.limit);
   const auto test_set = load(o.data, "t10k", 0);
@@ -442,7 +369,12 @@ int run_any_plan(const options& o) {
 } // namespace
 
 int main(int argc, char* argv[]) {
-  const options o = parse(argc, argv);
+  options o;
+  try {
+    o = fashion::parse_options(argc, argv);
+  } catch (const fashion::usage_error& e) {
+    usage(e.what());
+  }
 #if defined(TESSERA_EXAMPLE_WITH_MPI)
   // MPI only for --plan: the default run stays a plain process.
   std::optional<tessera::parallel::mpi_environment> mpi;
@@ -466,9 +398,13 @@ int main(int argc, char* argv[]) {
   Kokkos::ScopeGuard kokkos(kargc, kargv.data());
   try {
 #if defined(TESSERA_EXAMPLE_WITH_MPI)
+    // An error on one rank ends the whole job with that rank's message (MPI_Abort) rather than
+    // leaving the other ranks waiting for it in a collective.
     if (!o.plan.empty())
-      return o.precision == "fp32" ? run_any_plan<tessera::fp32>(o)
-                                   : run_any_plan<tessera::bf16>(o);
+      return tessera::parallel::abort_on_error("train_fashion_mnist", [&] {
+        return o.precision == "fp32" ? run_any_plan<tessera::fp32>(o)
+                                     : run_any_plan<tessera::bf16>(o);
+      });
 #endif
     if (o.precision == "fp32") return run<tessera::fp32>(o);
     if (o.precision == "bf16") return run<tessera::bf16>(o);

@@ -4,7 +4,8 @@
 //    as the uninterrupted run's;
 //  - merged into one single-process checkpoint and loaded into the whole model: the same values
 //    as the gathered shards, the run state, and (momentum restored) the next step equal to the
-//    plan's next step within the fp32 tolerance of plan_check.hpp.
+//    plan's next step within the fp32 tolerance of plan_check.hpp;
+//  - refused, on every rank and after the merge, by a run of another precision.
 // Run on 4 ranks (data 1, tensor 2, pipeline 2) and 8 ranks (2, 2, 2).
 #include "plan_check.hpp"
 
@@ -60,7 +61,8 @@ void check_checkpoint(const char* tag) {
     tessera::train::static_scaler scaler;
     train_steps(stage, opt, 0, 2);
     saved = stage.gather_parameters();
-    tp::save_plan_checkpoint(dir, stage, opt, scaler, {.step = 2, .epoch = 0, .data_seed = 9});
+    tp::save_plan_checkpoint(dir, stage, opt, scaler,
+                             {.step = 2, .epoch = 0, .data_seed = 9, .precision = "fp32"});
     train_steps(stage, opt, 2, 1);
     after_three = stage.gather_parameters();
   });
@@ -70,6 +72,15 @@ void check_checkpoint(const char* tag) {
     tessera::train::static_scaler scaler;
     tessera::train::run_state run;
     train_steps(stage, opt, 0, 1); // creates momentum buffers to be overwritten
+    // Another precision is refused on every rank, changing nothing.
+    run.precision = "bf16";
+    const auto before = stage.gather_parameters();
+    CHECK_THROWS_WITH(tp::load_plan_checkpoint(dir, stage, opt, scaler, run),
+                      Catch::Contains("run/precision") &&
+                          Catch::Contains("saved 'fp32', expected 'bf16'"));
+    CHECK(stage.gather_parameters() == before);
+    CHECK(run.step == 0);
+    run.precision = "fp32";
     tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
     CHECK(run.step == 2);
     CHECK(run.data_seed == 9);
@@ -85,7 +96,11 @@ void check_checkpoint(const char* tag) {
     Model model(99);
     tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
     tessera::train::static_scaler scaler;
-    tessera::train::run_state run;
+    tessera::train::run_state run{.precision = "bf16"};
+    CHECK_THROWS_WITH(
+        tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run),
+        Catch::Contains("saved 'fp32', expected 'bf16'")); // the merge keeps the precision
+    run.precision = "fp32";
     tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run);
     CHECK(run.step == 2);
     CHECK(opt.steps() == 2);

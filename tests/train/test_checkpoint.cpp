@@ -1,7 +1,9 @@
 // Checkpoints: round trip bit-identical, resume bit-identical (N steps == k steps + save + load
 // + N - k steps), truncation at every byte offset and a flipped byte at every offset refused,
 // mismatched names / shapes / optimizers / scalers / fp8 recipes refused, the caller's state
-// untouched on refusal, atomic replacement (an existing checkpoint survives a failed write).
+// untouched on refusal, atomic replacement (an existing checkpoint survives a failed write);
+// another precision or parameter layout refused naming the saved and the expected value;
+// directories and absurd length fields refused with tessera errors naming the file.
 //
 // The model is a tiny least-squares regression y = W x + b written directly on parameters (no nn
 // layers): W is fake-quantized to fp8 E4M3 with a delayed-scaling fp8_meta and the gradient of W
@@ -18,8 +20,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <csignal>
@@ -559,4 +563,138 @@ TEST_CASE("round trip over parameters of many shapes (scalar, empty, prime, rank
   train::step(exec, opt, scaler, p);
   train::step(exec, opt2, scaler2, q);
   REQUIRE(snapshot_params(p) == snapshot_params(q));
+}
+
+TEST_CASE("a checkpoint of another precision is refused, naming both precisions",
+          "[train][checkpoint]") {
+  const scratch_dir dir("precision");
+  const dataset d;
+  for (const auto& [saved, expected] : {std::pair<std::string, std::string>{"fp32", "bf16"},
+                                        {"bf16", "fp32"},
+                                        {"fp8", "bf16"},
+                                        {"bf16", ""}}) {
+    INFO("saved " << saved << ", resumed as " << expected);
+    auto a = make_sgd_run(1);
+    a.state.precision = saved;
+    for (int s = 0; s < 3; ++s) a.step(d, {});
+    a.save(dir.path / "a.tsr");
+    auto b = make_sgd_run(2);
+    b.state.precision = expected;
+    b.step(d, {});
+    const auto before = full_state(b);
+    REQUIRE_THROWS_WITH(b.load(dir.path / "a.tsr"),
+                        Catch::Contains("a.tsr") && Catch::Contains("run/precision") &&
+                            Catch::Contains("saved '" + saved + "', expected '" + expected + "'"));
+    REQUIRE(full_state(b) == before);
+    REQUIRE(b.state.precision == expected);
+    // The same precision loads.
+    b.state.precision = saved;
+    b.load(dir.path / "a.tsr");
+    REQUIRE(same_state(a, b));
+    REQUIRE(b.state.precision == saved);
+  }
+}
+
+TEST_CASE("a parameter layout mismatch names the parameter, the saved and the expected layout",
+          "[train][checkpoint]") {
+  const scratch_dir dir("layout");
+  auto a = make_sgd_run(1);
+  const fs::path file = dir.path / "a.tsr";
+  a.save(file);
+  auto b = make_sgd_run(2);
+  train::run_state rs = b.state;
+  nn::parameter<extents<in_dim, out_dim>> transposed("lsq.weight", {});
+  REQUIRE_THROWS_MATCHES(
+      train::load_checkpoint(file, hana::make_tuple(transposed, b.b), b.opt, b.scaler, rs, b.w_meta,
+                             b.g_meta),
+      shape_error,
+      Catch::Matchers::Contains("parameter layout") &&
+          Catch::Matchers::Contains("'param/lsq.weight': saved fp32 (4, 3), expected fp32 (3, 4)"));
+  nn::parameter<extents<out_dim>> renamed("lsq.offset", {});
+  REQUIRE_THROWS_MATCHES(
+      train::load_checkpoint(file, hana::make_tuple(b.w, renamed), b.opt, b.scaler, rs, b.w_meta,
+                             b.g_meta),
+      value_error,
+      Catch::Matchers::Contains("'param/lsq.offset': saved none, expected fp32 (4)") &&
+          Catch::Matchers::Contains("'param/lsq.bias': saved fp32 (4), expected none"));
+}
+
+TEST_CASE("directories, missing directories and old versions give tessera errors naming the file",
+          "[train][checkpoint]") {
+  const scratch_dir dir("paths");
+  auto a = make_sgd_run(1);
+  // A directory where a checkpoint file is expected: a tessera error, not std::ios_base::failure.
+  const fs::path sub = dir.path / "adir";
+  fs::create_directories(sub);
+  REQUIRE_THROWS_MATCHES(a.load(sub), value_error,
+                         Catch::Matchers::Contains("adir") &&
+                             Catch::Matchers::Contains("is a directory"));
+  REQUIRE_THROWS_MATCHES(a.save(sub), value_error,
+                         Catch::Matchers::Contains("adir") &&
+                             Catch::Matchers::Contains("is a directory"));
+  REQUIRE(fs::is_directory(sub));
+  // check_checkpoint_writable: before training, without leaving anything behind.
+  REQUIRE_THROWS_MATCHES(
+      train::check_checkpoint_writable(dir.path / "no" / "such" / "c.tsr"), value_error,
+      Catch::Matchers::Contains("c.tsr") && Catch::Matchers::Contains("does not exist"));
+  REQUIRE_THROWS_WITH(train::check_checkpoint_writable(sub), Catch::Contains("is a directory"));
+  REQUIRE_NOTHROW(train::check_checkpoint_writable(dir.path / "c.tsr"));
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path)) ++entries;
+  REQUIRE(entries == 1); // adir only: the probe file is gone, no checkpoint was created
+  // A version-1 file: refused as unsupported.
+  a.save(dir.path / "v.tsr");
+  auto bytes = read_bytes(dir.path / "v.tsr");
+  bytes[8] = 1; // the version field
+  write_bytes(dir.path / "v.tsr", bytes, bytes.size());
+  REQUIRE_THROWS_WITH(a.load(dir.path / "v.tsr"),
+                      Catch::Contains("v.tsr") &&
+                          Catch::Contains("unsupported checkpoint format version 1"));
+}
+
+TEST_CASE("absurd lengths in a corrupt file are refused before anything is allocated",
+          "[train][checkpoint]") {
+  const scratch_dir dir("lengths");
+  auto a = make_sgd_run(1);
+  const auto before = full_state(a);
+  // A hand-made file: header, then one record whose fields claim huge sizes.
+  const auto file_with = [&](std::uint64_t count, std::uint32_t name_len, std::uint8_t rank,
+                             std::int64_t extent, std::uint64_t length) {
+    std::vector<unsigned char> b;
+    const auto put = [&](const auto v) {
+      const auto* p = reinterpret_cast<const unsigned char*>(&v);
+      b.insert(b.end(), p, p + sizeof(v));
+    };
+    for (const char c : std::string("TSSRCKPT")) b.push_back(static_cast<unsigned char>(c));
+    put(std::uint32_t{2});
+    put(std::uint32_t{0});
+    put(count);
+    put(name_len);
+    for (const char c : std::string("param/x")) b.push_back(static_cast<unsigned char>(c));
+    b.push_back(1); // fp32
+    b.push_back(rank);
+    put(std::uint16_t{0});
+    for (int k = 0; k < rank; ++k) put(extent);
+    put(length);
+    b.resize(b.size() + 64, 0); // a little payload
+    write_bytes(dir.path / "bad.tsr", b, b.size());
+  };
+  const std::int64_t huge = std::int64_t(1) << 40;
+  const std::vector<std::string> expect = {"more than the file holds", "more than the file holds",
+                                           "declares", "name length", "checksum"};
+  std::size_t k = 0;
+  for (const auto& make : std::vector<std::function<void()>>{
+           [&] { file_with(1, 7, 2, huge, std::uint64_t(huge) * std::uint64_t(huge) * 4); },
+           [&] { file_with(1, 7, 1, std::int64_t(1) << 28, std::uint64_t(1) << 30); },
+           [&] { file_with(1, 7, 1, 4, ~std::uint64_t(0)); },
+           [&] { file_with(1, 0xFFFFFFFFu, 1, 4, 16); },
+           [&] { file_with(~std::uint64_t(0), 7, 1, 4, 16); }}) {
+    make();
+    INFO("case " << k);
+    REQUIRE_THROWS_MATCHES(a.load(dir.path / "bad.tsr"), tessera::error,
+                           Catch::Matchers::Contains("bad.tsr") &&
+                               Catch::Matchers::Contains(expect[k]));
+    ++k;
+  }
+  REQUIRE(full_state(a) == before);
 }

@@ -28,16 +28,23 @@
 /// - Gradients are not saved (a step recomputes them); optimizer hyper-parameters (lr, ...) are
 ///   not saved either: they come from the code that resumes, which may change them on purpose.
 ///
-/// ## File format, version 1 (all integers little-endian)
+/// - Load refuses a checkpoint of another precision (run_state::precision, record run/precision)
+///   or another parameter layout (the set of param/ records: names, element types, shapes),
+///   naming the field, the saved value and the expected one. A path that is a directory or
+///   another non-regular file is refused with value_error naming it; lengths in the file are
+///   checked against the file's size before anything is allocated.
+/// - check_checkpoint_writable(path) checks before training that save_checkpoint can write.
+///
+/// ## File format, version 2 (all integers little-endian; version 1 files are refused)
 ///
 ///     header   8 bytes  magic "TSSRCKPT"
-///              u32      format version (1)
+///              u32      format version (2)
 ///              u32      reserved, 0
 ///              u64      number of records
 ///     record   u32      name length L (1..4096)
 ///              L bytes  name (no terminator)
 ///              u8       element type: 1 fp32, 2 bf16, 3 fp8_e4m3, 4 fp8_e5m2, 16 int64,
-///                       17 uint64
+///                       17 uint64, 18 bytes
 ///              u8       rank R (0..8; 0 is a scalar)
 ///              u16      reserved, 0
 ///              R x i64  extents
@@ -64,6 +71,7 @@
 ///     fp8/<k>/delayed/history                 fp32 (n), n <= history_len, oldest first
 ///     run/step, run/epoch                     int64 scalar
 ///     run/data_seed                           uint64 scalar
+///     run/precision                           bytes (n): the precision's name, as given
 ///
 /// Optimizer slots are written for all parameters or for none (none: not created yet — before
 /// the first step, or SGD without momentum).
@@ -92,6 +100,9 @@ struct run_state {
   std::int64_t step = 0;       ///< optimizer steps taken (or batches seen; the caller decides)
   std::int64_t epoch = 0;      ///< epochs completed
   std::uint64_t data_seed = 0; ///< the seed the data order (shuffling) derives from
+  /// The compute precision the run trains in ("fp32", "bf16", "fp8", ...: the caller's name).
+  /// Saved; on load it is not restored but checked: the file's must equal the caller's.
+  std::string precision;
 };
 
 namespace detail::ckpt {
@@ -103,6 +114,13 @@ record scalar_record(std::string name, dtype t, T v) {
   record r{std::move(name), t, {}, std::vector<unsigned char>(sizeof(T))};
   std::memcpy(r.payload.data(), &v, sizeof(T));
   return r;
+}
+
+inline record text_record(std::string name, const std::string& text) {
+  return record{std::move(name),
+                dtype::u8,
+                {static_cast<std::int64_t>(text.size())},
+                std::vector<unsigned char>(text.begin(), text.end())};
 }
 
 /// A record holding a copy of a float view (any memory space) with the given shape.
@@ -167,6 +185,52 @@ public:
     return v;
   }
 
+  /// The text record `name` (u8, rank 1), which must exist.
+  std::string text(const std::string& name) {
+    parsed_record* r = find(name);
+    if (!r || r->type != dtype::u8 || r->shape.size() != 1)
+      throw value_error(who_ + ": checkpoint '" + file_ + "' is refused: it has no text record '" +
+                        name + "'");
+    r->taken = true;
+    return std::string(reinterpret_cast<const char*>(r->data), r->bytes);
+  }
+
+  /// The parameter layout: the file's "param/" records (name, element type, shape) must be the
+  /// caller's, as a set. Throws shape_error when only shapes differ, value_error otherwise,
+  /// naming the record, the saved value and the expected one.
+  void check_layout(const std::vector<parsed_record>& expected) const {
+    const auto text = [](const auto& r) {
+      return std::string(dtype_name(r.type)) + " " + shape_text(r.shape);
+    };
+    std::string problem;
+    bool only_shapes = true;
+    for (const auto& e : expected) {
+      const parsed_record* r = find(e.name);
+      if (!r) {
+        problem += "; '" + e.name + "': saved none, expected " + text(e);
+        only_shapes = false;
+      } else if (r->type != e.type || r->shape != e.shape) {
+        problem += "; '" + e.name + "': saved " + text(*r) + ", expected " + text(e);
+        only_shapes = only_shapes && r->type == e.type;
+      }
+    }
+    for (const auto& r : records_) {
+      if (r.name.rfind("param/", 0) != 0) continue;
+      bool wanted = false;
+      for (const auto& e : expected) wanted = wanted || e.name == r.name;
+      if (!wanted) {
+        problem += "; '" + r.name + "': saved " + text(r) + ", expected none";
+        only_shapes = false;
+      }
+    }
+    if (problem.empty()) return;
+    const std::string msg = who_ + ": checkpoint '" + file_ +
+                            "' is refused: its parameter layout is not the caller's model's" +
+                            problem;
+    if (only_shapes) throw shape_error(msg);
+    throw value_error(msg);
+  }
+
   std::vector<float> floats(const std::string& name, const std::vector<std::int64_t>& shape) {
     const auto& r = take(name, dtype::f32, shape);
     std::vector<float> v(r.bytes / sizeof(float));
@@ -206,6 +270,15 @@ void save_params(std::vector<record>& out, const Params& params) {
 
 template <class Params>
 void stage_params(reader& in, const Params& params, commit_list& commits) {
+  std::vector<parsed_record> layout;
+  for_each_parameter(params, [&](const auto& p, std::size_t) {
+    parsed_record r;
+    r.name = "param/" + p.name;
+    r.type = dtype::f32;
+    r.shape = shape_of(p);
+    layout.push_back(std::move(r));
+  });
+  in.check_layout(layout);
   for_each_parameter(params, [&](const auto& p, std::size_t) {
     auto values = in.floats("param/" + p.name, shape_of(p));
     commits.push_back([p, values = std::move(values)] {
@@ -442,7 +515,16 @@ void save_checkpoint(const std::filesystem::path& path, const Params& params, co
   records.push_back(detail::ckpt::scalar_record("run/step", dtype::i64, run.step));
   records.push_back(detail::ckpt::scalar_record("run/epoch", dtype::i64, run.epoch));
   records.push_back(detail::ckpt::scalar_record("run/data_seed", dtype::u64, run.data_seed));
+  records.push_back(detail::ckpt::text_record("run/precision", run.precision));
   detail::ckpt::write_file_atomically(who, path, detail::ckpt::serialize(records));
+}
+
+/// Checks now that save_checkpoint(path, ...) will be able to write its file: `path` is not a
+/// directory and a file can be created in its directory (a temporary probe file, removed at
+/// once). Call it before training so that a bad path fails at once rather than after the first
+/// epoch. Throws value_error naming the file and the reason.
+inline void check_checkpoint_writable(const std::filesystem::path& path) {
+  detail::ckpt::check_writable("tessera::train::check_checkpoint_writable", path);
 }
 
 /// Restores the training state saved by save_checkpoint into the caller's objects: parameter
@@ -463,6 +545,11 @@ void load_checkpoint(const std::filesystem::path& path, const Params& params, Op
   detail::require_unique_names(who.c_str(), params);
   const auto bytes = detail::ckpt::read_file(who, path);
   detail::ckpt::reader in(who, path.string(), detail::ckpt::parse(who, path.string(), bytes));
+  // The precision first: a run in another precision must not continue from these weights.
+  const std::string precision = in.text("run/precision");
+  if (precision != run.precision)
+    in.refuse("run/precision", "precision: saved '" + precision + "', expected '" + run.precision +
+                                   "' (the run was trained in another precision)");
   detail::ckpt::commit_list commits;
   detail::ckpt::stage_params(in, params, commits);
   detail::ckpt::stage_optimizer(in, opt, params, commits);
@@ -476,6 +563,7 @@ void load_checkpoint(const std::filesystem::path& path, const Params& params, Op
   staged_run.step = in.scalar<std::int64_t>("run/step", dtype::i64);
   staged_run.epoch = in.scalar<std::int64_t>("run/epoch", dtype::i64);
   staged_run.data_seed = in.scalar<std::uint64_t>("run/data_seed", dtype::u64);
+  staged_run.precision = precision;
   in.require_all_taken();
   // Everything is valid: apply.
   for (auto& c : commits) c();

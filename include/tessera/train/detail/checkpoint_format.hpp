@@ -29,7 +29,8 @@ static_assert(std::endian::native == std::endian::little,
 inline constexpr char file_magic[8] = {'T', 'S', 'S', 'R', 'C', 'K', 'P', 'T'};
 /// "TSSR_END": the trailer's first 8 bytes.
 inline constexpr char end_magic[8] = {'T', 'S', 'S', 'R', '_', 'E', 'N', 'D'};
-inline constexpr std::uint32_t format_version = 1;
+/// Version 2 added run/precision (a u8 text record); version 1 files are refused.
+inline constexpr std::uint32_t format_version = 2;
 /// Limits that keep a corrupted length field from requesting absurd allocations.
 inline constexpr std::uint32_t max_name_length = 4096;
 inline constexpr std::uint8_t max_rank = 8;
@@ -41,7 +42,8 @@ enum class dtype : std::uint8_t {
   e4m3 = 3, ///< OCP fp8 E4M3
   e5m2 = 4, ///< OCP fp8 E5M2
   i64 = 16, ///< signed 64-bit integer (counters)
-  u64 = 17  ///< unsigned 64-bit integer (seeds)
+  u64 = 17, ///< unsigned 64-bit integer (seeds)
+  u8 = 18   ///< bytes (text, such as the precision's name)
 };
 
 inline std::size_t dtype_size(dtype t) noexcept {
@@ -52,6 +54,7 @@ inline std::size_t dtype_size(dtype t) noexcept {
     return 2;
   case dtype::e4m3:
   case dtype::e5m2:
+  case dtype::u8:
     return 1;
   case dtype::i64:
   case dtype::u64:
@@ -73,6 +76,8 @@ inline const char* dtype_name(dtype t) noexcept {
     return "int64";
   case dtype::u64:
     return "uint64";
+  case dtype::u8:
+    return "bytes";
   }
   return "unknown";
 }
@@ -186,8 +191,9 @@ inline std::vector<parsed_record> parse(const std::string& who, const std::strin
   std::uint64_t count = 0;
   get(version, "the format version");
   if (version != format_version)
-    fail("format version " + std::to_string(version) + ", this reader understands version " +
-         std::to_string(format_version));
+    fail("unsupported checkpoint format version " + std::to_string(version) +
+         " (this reader reads version " + std::to_string(format_version) +
+         "; version 1 did not record the precision: save the checkpoint again)");
   get(reserved, "the header");
   if (reserved != 0) fail("the header's reserved field is " + std::to_string(reserved) + ", not 0");
   get(count, "the record count");
@@ -264,17 +270,65 @@ inline std::vector<parsed_record> parse(const std::string& who, const std::strin
   return out;
 }
 
-/// The whole file. Throws value_error naming who and the file if it cannot be read.
+/// The whole file. Throws value_error naming who and the file if it cannot be opened or read,
+/// or is not a regular file (a directory, a device). The size comes from fstat, so a file
+/// never makes the reader allocate more than it holds.
 inline std::vector<unsigned char> read_file(const std::string& who,
                                             const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw value_error(who + ": cannot open checkpoint '" + path.string() +
-                      "': " + std::strerror(errno));
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
-  if (in.bad()) throw value_error(who + ": error reading checkpoint '" + path.string() + "'");
+  const auto fail = [&](const std::string& what, int err) {
+    throw value_error(who + ": cannot read checkpoint '" + path.string() + "': " + what +
+                      (err ? std::string(": ") + std::strerror(err) : std::string()));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open it", errno);
+  struct fd_closer {
+    int fd;
+    ~fd_closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("fstat failed", errno);
+  if (S_ISDIR(st.st_mode)) fail("it is a directory, not a checkpoint file", 0);
+  if (!S_ISREG(st.st_mode)) fail("it is not a regular file", 0);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t r = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail("reading failed after " + std::to_string(done) + " bytes", errno);
+    if (r == 0) break; // shrank while being read: the parser refuses what is there
+    done += static_cast<std::size_t>(r);
+  }
+  bytes.resize(done);
   return bytes;
+}
+
+/// Checks that a checkpoint can be written at `path` (as write_file_atomically will): `path` is
+/// not a directory and a file can be created in its directory (a temporary one, removed at
+/// once). Throws value_error naming who, the file and the reason.
+inline void check_writable(const std::string& who, const std::filesystem::path& path) {
+  const auto fail = [&](const std::string& what, int err) {
+    throw value_error(who + ": cannot write checkpoint '" + path.string() + "': " + what +
+                      (err ? std::string(": ") + std::strerror(err) : std::string()));
+  };
+  if (path.filename().empty()) fail("the path names no file", 0);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("it is a directory", 0);
+  const std::filesystem::path dir =
+      path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  if (!std::filesystem::is_directory(dir, ec))
+    fail("its directory '" + dir.string() + "' does not exist", 0);
+  std::random_device rd;
+  std::string name(1, '.');
+  name += path.filename().string();
+  name += ".probe.";
+  name += std::to_string(::getpid());
+  name += '.';
+  name += std::to_string(rd());
+  const std::filesystem::path probe = dir / name;
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) fail("cannot create a file in '" + dir.string() + "'", errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 /// Replaces `path` with `bytes` atomically: writes a new file in the same directory, fsyncs it,
@@ -288,6 +342,10 @@ inline void write_file_atomically(const std::string& who, const std::filesystem:
                       std::strerror(err));
   };
   if (path.filename().empty()) fail("the path names no file", EINVAL);
+  {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail("it is a directory", EISDIR);
+  }
   const std::filesystem::path dir =
       path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   // A fresh name in the same directory (rename is atomic only within one file system); O_EXCL
