@@ -14,6 +14,8 @@
 //    tessera::error and leaves the state as it was (saving it gives the same bytes as before),
 //    or succeeds, and then saving the state gives exactly the records of the file (any order).
 //
+// TESSERA_FUZZ_VERBOSE=1: print how far each input got (refused by the parser or by the load,
+// with the message, or loaded).
 // TESSERA_FUZZ_WRITE_SEED=<path>: the program writes that state's checkpoint to <path> (the
 // seed corpus's valid checkpoint, tests/fuzz/corpus/checkpoint/) and exits.
 #include "fuzz_support.hpp"
@@ -44,7 +46,9 @@ struct state {
   train::dynamic_scaler<train::hysteresis_policy<2>> scaler{{.growth_interval = 5}};
   train::fp8_meta<train::delayed_scaling> w_meta{{.history_len = 4}};
   train::fp8_meta<train::current_scaling> g_meta{{.margin = 1}};
-  train::run_state run{.step = 3, .epoch = 1, .data_seed = 12345};
+  train::run_state run{.step = 3, .epoch = 1, .data_seed = 12345, .precision = "fp32"};
+
+  auto parameters() const { return boost::hana::make_tuple(w, b); }
 
   state() {
     tessera::fill_uniform(w.value, 1, -0.5f, 0.5f);
@@ -56,7 +60,6 @@ struct state {
     w_meta.record(1.5f);
     g_meta.record(0.25f);
   }
-  auto parameters() const { return boost::hana::make_tuple(w, b); }
   void save(const std::filesystem::path& p) const {
     train::save_checkpoint(p, parameters(), opt, scaler, run, w_meta, g_meta);
   }
@@ -125,6 +128,7 @@ std::map<std::string, record_key> records_of(const std::vector<unsigned char>& b
 struct fixture {
   tessera::fuzz::scratch_file in{"ckpt_in"}, out{"ckpt_out"};
   std::vector<unsigned char> initial; ///< the fresh state's checkpoint
+  bool verbose = std::getenv("TESSERA_FUZZ_VERBOSE") != nullptr;
   fixture() {
     state().save(out.path());
     initial = tessera::fuzz::read_all(out.path());
@@ -156,29 +160,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<ckpt::parsed_record> parsed;
   try {
     parsed = ckpt::parse("fuzz", "fuzz", b);
-  } catch (const tessera::value_error&) {
+  } catch (const tessera::value_error& e) {
+    if (fx.verbose) std::fprintf(stderr, "  parser refuses: %s\n", e.what());
     return 0;
   }
   std::vector<ckpt::record> again;
   for (const auto& r : parsed)
-    again.push_back({r.name, r.type, r.shape, std::vector<unsigned char>(r.data, r.data + r.bytes)});
+    again.push_back(
+        {r.name, r.type, r.shape, std::vector<unsigned char>(r.data, r.data + r.bytes)});
   TESSERA_FUZZ_CHECK(ckpt::serialize(again) == b,
                      "the parser accepted a %zu-byte file that is not what its records serialise "
                      "to",
                      b.size());
 
   // 3: load into the state; refusal leaves it untouched, success restores exactly the file.
-  state s;
-  s.save(fx.out.path()); // (the save itself must not depend on anything but the state)
-  TESSERA_FUZZ_CHECK(tessera::fuzz::read_all(fx.out.path()) == fx.initial,
-                     "two fresh states save differently");
+  state s; // as fresh as the one fx.initial was saved from
   fx.in.write(b.data(), b.size());
   bool loaded = true;
   try {
     s.load(fx.in.path());
-  } catch (const tessera::error&) {
+  } catch (const tessera::error& e) {
+    if (fx.verbose) std::fprintf(stderr, "  load refuses: %s\n", e.what());
     loaded = false;
   }
+  if (loaded && fx.verbose) std::fprintf(stderr, "  loaded\n");
   s.save(fx.out.path());
   const auto saved = tessera::fuzz::read_all(fx.out.path());
   if (!loaded) {

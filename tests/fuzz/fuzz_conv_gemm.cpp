@@ -28,7 +28,6 @@
 #include <cstring>
 #include <set>
 #include <tuple>
-#include <set>
 
 namespace {
 
@@ -78,8 +77,10 @@ struct operand {
       for (std::size_t d = 0; d < R; ++d) at += i[d] * str[d];
       a.push_back(at);
       for (std::size_t d = R; d-- > 0;)
-        if (++i[d] < ext[d]) break;
-        else i[d] = 0;
+        if (++i[d] < ext[d])
+          break;
+        else
+          i[d] = 0;
     }
     return a;
   }
@@ -150,11 +151,21 @@ operand<2> gemm_operand(cursor& c, index_t rows, index_t cols) {
   operand<2> o;
   o.ext = {rows, cols};
   switch (c.next() % 5) {
-  case 0: o.str = {cols, 1}; break;                  // row-major
-  case 1: o.str = {1, rows}; break;                  // column-major
-  case 2: o.str = {cols + c.in(1, 3), 1}; break;     // row-major with padding
-  case 3: o.str = {c.in(0, 6), c.in(0, 6)}; break;   // any non-negative strides
-  default: o.str = {c.in(-2, 6), c.in(-2, 6)}; break; // negative ones too
+  case 0:
+    o.str = {cols, 1};
+    break; // row-major
+  case 1:
+    o.str = {1, rows};
+    break; // column-major
+  case 2:
+    o.str = {cols + c.in(1, 3), 1};
+    break; // row-major with padding
+  case 3:
+    o.str = {c.in(0, 6), c.in(0, 6)};
+    break; // any non-negative strides
+  default:
+    o.str = {c.in(-2, 6), c.in(-2, 6)};
+    break; // negative ones too
   }
   return o;
 }
@@ -194,19 +205,30 @@ void fuzz_gemm(cursor& c) {
   namespace ga = tessera::gemm_algo;
   const bool ok = returns([&] {
     switch (algo) {
-    case 0: tessera::gemm(exec, va, vb, vc, opts); break;
-    case 1: tessera::gemm(ga::direct{}, exec, va, vb, vc, opts); break;
-    case 2: tessera::gemm(ga::portable{}, exec, va, vb, vc, opts); break;
-    case 3: tessera::gemm(ga::host_packed{}, exec, va, vb, vc, opts); break;
-    default: tessera::gemm(ga::reference{}, exec, va, vb, vc, opts); break;
+    case 0:
+      tessera::gemm(exec, va, vb, vc, opts);
+      break;
+    case 1:
+      tessera::gemm(ga::direct{}, exec, va, vb, vc, opts);
+      break;
+    case 2:
+      tessera::gemm(ga::portable{}, exec, va, vb, vc, opts);
+      break;
+    case 3:
+      tessera::gemm(ga::host_packed{}, exec, va, vb, vc, opts);
+      break;
+    default:
+      tessera::gemm(ga::reference{}, exec, va, vb, vc, opts);
+      break;
     }
   });
   if (!ok) {
     TESSERA_FUZZ_CHECK(bufa == a0 && bufb == b0 && bufc == c0, "gemm threw and changed a buffer");
     return;
   }
-  TESSERA_FUZZ_CHECK(valid, "gemm accepted an invalid call (M %lld, K %lld / %lld, N %lld, C (%lld, "
-                            "%lld) strides (%lld, %lld), C in A's buffer: %d)",
+  TESSERA_FUZZ_CHECK(valid,
+                     "gemm accepted an invalid call (M %lld, K %lld / %lld, N %lld, C (%lld, "
+                     "%lld) strides (%lld, %lld), C in A's buffer: %d)",
                      (long long)m, (long long)a.ext[1], (long long)b.ext[0], (long long)n,
                      (long long)cc.ext[0], (long long)cc.ext[1], (long long)cc.str[0],
                      (long long)cc.str[1], int(c_in_a));
@@ -288,22 +310,27 @@ void fuzz_conv(cursor& c, int pass) {
   const char* names[] = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight"};
   const bool ok = returns([&] {
     if (pass == 0) {
-      if (bias) tessera::conv2d_forward(exec, vx, vw, vb, vy, p);
-      else tessera::conv2d_forward(exec, vx, vw, vy, p);
+      if (bias)
+        tessera::conv2d_forward(exec, vx, vw, vb, vy, p);
+      else
+        tessera::conv2d_forward(exec, vx, vw, vy, p);
     } else if (pass == 1) {
       tessera::conv2d_backward_data(exec, vy, vw, vx, p); // x is dx, y is dy
     } else {
-      if (bias) tessera::conv2d_backward_weight(exec, vx, vy, vw, vb, p); // w is dw, bias dbias
-      else tessera::conv2d_backward_weight(exec, vx, vy, vw, p);
+      if (bias)
+        tessera::conv2d_backward_weight(exec, vx, vy, vw, vb, p); // w is dw, bias dbias
+      else
+        tessera::conv2d_backward_weight(exec, vx, vy, vw, p);
     }
   });
   if (!ok) {
-    TESSERA_FUZZ_CHECK(bx == x0 && bw == w0 && by == y0 && bb == b0, "%s threw and changed a buffer",
-                       names[pass]);
+    TESSERA_FUZZ_CHECK(bx == x0 && bw == w0 && by == y0 && bb == b0,
+                       "%s threw and changed a buffer", names[pass]);
     return;
   }
-  TESSERA_FUZZ_CHECK(valid, "%s accepted an invalid call: x (%lld, %lld, %lld, %lld), w (%lld, "
-                            "%lld, %lld, %lld), y (%lld, %lld, %lld, %lld), %s",
+  TESSERA_FUZZ_CHECK(valid,
+                     "%s accepted an invalid call: x (%lld, %lld, %lld, %lld), w (%lld, "
+                     "%lld, %lld, %lld), y (%lld, %lld, %lld, %lld), %s",
                      names[pass], (long long)x.ext[0], (long long)x.ext[1], (long long)x.ext[2],
                      (long long)x.ext[3], (long long)w.ext[0], (long long)w.ext[1],
                      (long long)w.ext[2], (long long)w.ext[3], (long long)y.ext[0],

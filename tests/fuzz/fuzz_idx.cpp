@@ -50,8 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t header = 4 + 4 * a.dims.size();
     TESSERA_FUZZ_CHECK(size == header + a.data.size() &&
                            std::memcmp(data + header, a.data.data(), a.data.size()) == 0,
-                       "a plain file of %zu bytes gave %zu elements after a %zu-byte header",
-                       size, a.data.size(), header);
+                       "a plain file of %zu bytes gave %zu elements after a %zu-byte header", size,
+                       a.data.size(), header);
   }
   return 0;
 }

@@ -27,13 +27,13 @@
 
 namespace tessera::fuzz {
 
-/// A file in the temporary directory owned by this process (removed at exit), for code that
-/// reads files.
+/// A file owned by this process (removed at exit), for code that reads files: in /dev/shm where
+/// there is one (checkpoints fsync what they write; memory makes that free), else in the
+/// temporary directory.
 class scratch_file {
 public:
   explicit scratch_file(const std::string& tag)
-      : path_(std::filesystem::temp_directory_path() /
-              ("tessera_fuzz_" + tag + "_" + std::to_string(::getpid()))) {}
+      : path_(dir() / ("tessera_fuzz_" + tag + "_" + std::to_string(::getpid()))) {}
   ~scratch_file() {
     std::error_code ec;
     std::filesystem::remove(path_, ec);
@@ -50,6 +50,11 @@ public:
   const std::filesystem::path& path() const { return path_; }
 
 private:
+  static std::filesystem::path dir() {
+    std::error_code ec;
+    return std::filesystem::is_directory("/dev/shm", ec) ? std::filesystem::path("/dev/shm")
+                                                         : std::filesystem::temp_directory_path();
+  }
   std::filesystem::path path_;
 };
 
