@@ -85,7 +85,16 @@ public:
         throw value_error("tessera::data::read_idx: '" + name_ +
                           "': corrupt data (zlib: " + (msg ? msg : "unknown error") + ")");
       }
-      if (r == 0) break;
+      if (r == 0) {
+        // gzread reports a gzip stream cut short (its end or its checksum missing) as a
+        // soft end of file, Z_BUF_ERROR: refuse it (the data could not be verified).
+        int code = Z_OK;
+        gzerror(f_.get(), &code);
+        if (code == Z_BUF_ERROR)
+          throw value_error("tessera::data::read_idx: '" + name_ +
+                            "': corrupt data (the gzip stream is cut short)");
+        break;
+      }
       got += static_cast<std::size_t>(r);
     }
     return got;
