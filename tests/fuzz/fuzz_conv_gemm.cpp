@@ -26,6 +26,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 #include <tuple>
 
@@ -46,7 +47,10 @@ struct cursor {
     return *p++;
   }
   int in(int lo, int hi) { return lo + next() % (hi - lo + 1); }
-  bool flag(int one_in) { return next() % one_in == 0; }
+  /// One of the values; a zero byte gives the first (so that zero bytes decode a valid call).
+  index_t pick(std::initializer_list<index_t> v) { return v.begin()[next() % v.size()]; }
+  /// True one time in one_in (never for a zero byte).
+  bool flag(int one_in) { return next() % one_in == one_in - 1; }
 };
 
 /// An operand: a view of `rank` extents and strides at `offset` into a buffer (any strides; the
@@ -113,13 +117,23 @@ std::vector<double> gather(const std::vector<float>& buf, const std::vector<inde
   return v;
 }
 
+/// TESSERA_FUZZ_VERBOSE=1: print each call's outcome.
+bool verbose() {
+  static const bool v = std::getenv("TESSERA_FUZZ_VERBOSE") != nullptr;
+  return v;
+}
+
 /// Runs call(); true if it returned, false if it threw a tessera::error.
 template <class F>
-bool returns(F&& call) {
+bool returns(const char* op, bool valid, F&& call) {
   try {
     call();
+    if (verbose())
+      std::fprintf(stderr, "  %s (%s call) returned\n", op, valid ? "valid" : "invalid");
     return true;
-  } catch (const tessera::error&) {
+  } catch (const tessera::error& e) {
+    if (verbose())
+      std::fprintf(stderr, "  %s (%s call) threw: %s\n", op, valid ? "valid" : "invalid", e.what());
     return false;
   }
 }
@@ -171,7 +185,8 @@ operand<2> gemm_operand(cursor& c, index_t rows, index_t cols) {
 }
 
 void fuzz_gemm(cursor& c) {
-  const index_t m = c.in(0, 5), k = c.in(0, 5), n = c.in(0, 5);
+  const index_t m = c.pick({3, 1, 2, 4, 5, 0}), k = c.pick({3, 1, 2, 4, 5, 0}),
+                n = c.pick({3, 1, 2, 4, 5, 0});
   const std::uint8_t wrong = c.next(); // mismatched extents, one bit each
   auto a = gemm_operand(c, m, wrong & 1 ? c.in(0, 5) : k);
   auto b = gemm_operand(c, wrong & 2 ? c.in(0, 5) : k, n);
@@ -203,7 +218,7 @@ void fuzz_gemm(cursor& c) {
   const auto va = a.make(bufa), vb = b.make(bufb), vc = cc.make(cbuf);
   const Kokkos::DefaultHostExecutionSpace exec;
   namespace ga = tessera::gemm_algo;
-  const bool ok = returns([&] {
+  const bool ok = returns("gemm", valid, [&] {
     switch (algo) {
     case 0:
       tessera::gemm(exec, va, vb, vc, opts);
@@ -257,13 +272,14 @@ operand<4> activation(cursor& c, index_t d0, index_t d1, index_t d2, index_t d3)
 void fuzz_conv(cursor& c, int pass) {
   using tessera::testing::conv_shape;
   conv_shape s;
-  s.N = c.in(0, 2), s.C = c.in(1, 4), s.H = c.in(0, 5), s.W = c.in(0, 5);
-  s.K = c.in(1, 4), s.R = c.in(1, 3), s.S = c.in(1, 3);
+  s.N = c.pick({1, 2, 0}), s.C = c.pick({2, 1, 3, 4}), s.H = c.pick({5, 4, 3, 2, 1, 0}),
+  s.W = c.pick({5, 4, 3, 2, 1, 0});
+  s.K = c.pick({2, 1, 3, 4}), s.R = c.pick({3, 1, 2}), s.S = c.pick({3, 1, 2});
   auto& p = s.prm;
-  p.stride_h = c.in(0, 3), p.stride_w = c.in(0, 3);
-  p.pad_top = c.in(-1, 2), p.pad_bottom = c.in(-1, 2), p.pad_left = c.in(-1, 2),
-  p.pad_right = c.in(-1, 2);
-  p.dilation_h = c.in(0, 2), p.dilation_w = c.in(0, 2), p.groups = c.in(1, 3);
+  p.stride_h = c.pick({1, 2, 3, 0}), p.stride_w = c.pick({1, 2, 3, 0});
+  p.pad_top = c.pick({1, 0, 2, -1}), p.pad_bottom = c.pick({1, 0, 2, -1});
+  p.pad_left = c.pick({1, 0, 2, -1}), p.pad_right = c.pick({1, 0, 2, -1});
+  p.dilation_h = c.pick({1, 2, 0}), p.dilation_w = c.pick({1, 2, 0}), p.groups = c.pick({1, 2, 3});
   const bool bias = c.flag(2) && pass != 1; // backward_data has no bias
   const std::uint8_t wrong = c.next();
   const auto off = [&](index_t v, int bit) { return wrong & (1 << bit) ? v + c.in(-1, 1) : v; };
@@ -308,7 +324,7 @@ void fuzz_conv(cursor& c, int pass) {
   const auto vb = bv.make(bb);
   const Kokkos::DefaultHostExecutionSpace exec;
   const char* names[] = {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight"};
-  const bool ok = returns([&] {
+  const bool ok = returns(names[pass], valid, [&] {
     if (pass == 0) {
       if (bias)
         tessera::conv2d_forward(exec, vx, vw, vb, vy, p);
