@@ -282,37 +282,44 @@ void fuzz_conv(cursor& c, int pass) {
   p.dilation_h = c.pick({1, 2, 0}), p.dilation_w = c.pick({1, 2, 0}), p.groups = c.pick({1, 2, 3});
   const bool bias = c.flag(2) && pass != 1; // backward_data has no bias
   const std::uint8_t wrong = c.next();
-  const auto off = [&](index_t v, int bit) { return wrong & (1 << bit) ? v + c.in(-1, 1) : v; };
+  const auto off = [&](index_t v, int bit) {
+    return wrong & (1 << bit) ? std::max<index_t>(0, v + c.in(-1, 1)) : v;
+  };
 
-  // The rules, stated independently (see conv/params.hpp).
-  bool valid = p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
-               p.pad_top >= 0 && p.pad_bottom >= 0 && p.pad_left >= 0 && p.pad_right >= 0 &&
-               s.C % p.groups == 0 && s.K % p.groups == 0;
-  const index_t span_h = s.H + p.pad_top + p.pad_bottom - p.dilation_h * (s.R - 1) - 1;
-  const index_t span_w = s.W + p.pad_left + p.pad_right - p.dilation_w * (s.S - 1) - 1;
-  valid = valid && span_h >= 0 && span_w >= 0;
-  const index_t P = valid ? s.P() : c.in(0, 3), Q = valid ? s.Q() : c.in(0, 3);
+  // The shapes the call is meant to have, then (some bits of `wrong`) one more or one less.
+  const bool params_ok = p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 &&
+                         p.dilation_w >= 1 && p.pad_top >= 0 && p.pad_bottom >= 0 &&
+                         p.pad_left >= 0 && p.pad_right >= 0;
+  const bool fits = s.H + p.pad_top + p.pad_bottom - p.dilation_h * (s.R - 1) - 1 >= 0 &&
+                    s.W + p.pad_left + p.pad_right - p.dilation_w * (s.S - 1) - 1 >= 0;
+  const bool sized = params_ok && fits;
+  const index_t P = sized ? s.P() : c.in(0, 3), Q = sized ? s.Q() : c.in(0, 3);
   operand<4> x = activation(c, off(s.N, 0), off(s.C, 1), off(s.H, 2), s.W);
   operand<4> w;
   w.ext = {off(s.K, 3), off(s.C / p.groups, 4), s.R, off(s.S, 5)};
-  w.str = {w.ext[1] * s.R * w.ext[3], s.R * w.ext[3], w.ext[3], 1};
+  w.str = {w.ext[1] * w.ext[2] * w.ext[3], w.ext[2] * w.ext[3], w.ext[3], 1};
   operand<4> y = activation(c, s.N, s.K, off(P, 6), off(Q, 7));
   operand<1> bv;
-  bv.ext = {bias ? s.K + (c.flag(6) ? c.in(-1, 1) : 0) : 0};
+  bv.ext = {bias ? std::max<index_t>(0, s.K + (c.flag(6) ? c.in(-1, 1) : 0)) : 0};
   bv.str = {1};
-  if (bv.ext[0] < 0) bv.ext[0] = 0;
-  for (std::size_t d = 0; d < 4; ++d) {
-    if (x.ext[d] < 0) x.ext[d] = 0;
-    if (w.ext[d] < 0) w.ext[d] = 0;
-    if (y.ext[d] < 0) y.ext[d] = 0;
+
+  // The rules, stated independently (see conv/params.hpp), on the shapes as they are: x (N, C,
+  // H, W), w (K, C / groups, R, S), y (N, K, P, Q) with P and Q from x, w and the parameters.
+  s.N = x.ext[0], s.C = x.ext[1], s.H = x.ext[2], s.W = x.ext[3];
+  s.K = w.ext[0], s.R = w.ext[2], s.S = w.ext[3];
+  bool valid = params_ok && p.groups >= 1 && s.R >= 1 && s.S >= 1 && s.C % p.groups == 0 &&
+               s.K % p.groups == 0 && w.ext[1] == s.C / p.groups;
+  valid = valid && s.H + p.pad_top + p.pad_bottom - p.dilation_h * (s.R - 1) - 1 >= 0 &&
+          s.W + p.pad_left + p.pad_right - p.dilation_w * (s.S - 1) - 1 >= 0;
+  valid = valid && y.ext == std::array<index_t, 4>{s.N, s.K, s.P(), s.Q()} &&
+          (!bias || bv.ext[0] == s.K);
+  // Within an image, (H, W) planes must be row-major (an extent of 1 makes a stride moot, an
+  // empty view makes every stride moot).
+  for (const auto* o : {&x, &y}) {
+    const bool empty = o->ext[0] == 0 || o->ext[1] == 0 || o->ext[2] == 0 || o->ext[3] == 0;
+    valid = valid && (empty || ((o->ext[2] <= 1 || o->str[2] == o->ext[3]) &&
+                                (o->ext[3] <= 1 || o->str[3] == 1)));
   }
-  valid = valid && x.ext == std::array<index_t, 4>{s.N, s.C, s.H, s.W} &&
-          w.ext == std::array<index_t, 4>{s.K, s.C / p.groups, s.R, s.S} &&
-          y.ext == std::array<index_t, 4>{s.N, s.K, P, Q} && (!bias || bv.ext[0] == s.K);
-  // Within an image, (H, W) planes must be row-major (an extent of 1 makes a stride moot).
-  for (const auto* o : {&x, &y})
-    valid = valid && (o->ext[2] <= 1 || o->ext[3] == 0 || o->str[2] == o->ext[3]) &&
-            (o->ext[3] <= 1 || o->str[3] == 1);
 
   std::vector<float> bx(static_cast<std::size_t>(place(x, c))),
       bw(static_cast<std::size_t>(place(w, c))), by(static_cast<std::size_t>(place(y, c))),
@@ -354,7 +361,7 @@ void fuzz_conv(cursor& c, int pass) {
                      p.to_string().c_str());
   namespace t = tessera::testing;
   const auto xa = x.addresses(), wa = w.addresses(), ya = y.addresses(), ba = bv.addresses();
-  const index_t red_fwd = s.Cg() * s.R * s.S + 2, red_bwd = s.N * P * Q + 2;
+  const index_t red_fwd = s.Cg() * s.R * s.S + 2, red_bwd = s.N * s.P() * s.Q() + 2;
   if (pass == 0) {
     auto ref = t::reference_conv2d_forward(s, gather(x0, xa), gather(w0, wa),
                                            bias ? gather(b0, ba) : std::vector<double>{});
