@@ -6,9 +6,11 @@
 // throws fashion::usage_error saying what is wrong; the parser never exits, never throws
 // anything else (allocation failure aside), never touches files or MPI, so it can be tested and
 // fuzzed on its own (tests/examples/test_example_options.cpp).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -80,9 +82,11 @@ inline float parse_positive_float(const std::string& flag, const std::string& te
                                       : std::from_chars_result{first, std::errc::invalid_argument};
   if (ec == std::errc::result_out_of_range) throw usage_error(flag + " " + text + ": out of range");
   if (ec != std::errc{} || end != last) throw usage_error(flag + " '" + text + "': not a number");
-  if (!std::isfinite(v) || !(v > 0) || v > double(hi) || !(float(v) > 0.f))
-    throw usage_error(flag + " " + text + ": must be finite and in (0, " + std::to_string(hi) +
-                      "]");
+  if (!std::isfinite(v) || !(v > 0) || v > double(hi) || !(float(v) > 0.f)) {
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%g", double(hi));
+    throw usage_error(flag + " " + text + ": must be finite and in (0, " + bound + "]");
+  }
   return float(v);
 }
 

@@ -96,7 +96,7 @@ void check_checkpoint(const char* tag) {
     Model model(99);
     tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
     tessera::train::static_scaler scaler;
-    tessera::train::run_state run{.precision = "bf16"};
+    tessera::train::run_state run{.step = 0, .epoch = 0, .data_seed = 0, .precision = "bf16"};
     CHECK_THROWS_WITH(
         tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run),
         Catch::Contains("saved 'fp32', expected 'bf16'")); // the merge keeps the precision

@@ -46,6 +46,9 @@ inline std::vector<unsigned char> text_bytes(const std::string& s) {
 }
 
 inline std::string read_text(const std::string& who, const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw value_error(who + ": cannot read '" + path.string() + "': it is not a regular file");
   std::ifstream in(path);
   if (!in)
     throw value_error(who + ": cannot read '" + path.string() +

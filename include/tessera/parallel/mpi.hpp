@@ -173,6 +173,12 @@ private:
     }
   }
 
+  std::string seconds_text() const {
+    char t[32];
+    std::snprintf(t, sizeof t, "%g", seconds_);
+    return t;
+  }
+
   std::string name(int r) const {
     const int w = world_rank_of(*comm_, r);
     return std::to_string(r) + (w != r ? " (world rank " + std::to_string(w) + ")" : "");
@@ -180,8 +186,8 @@ private:
 
   [[noreturn]] void give_up(const char* call, std::int64_t seq, int peer) {
     std::string msg = std::string("tessera::parallel::mpi_communicator::") + call + ": rank " +
-                      name(rank_) + " of " + std::to_string(size_) + " waited " +
-                      std::to_string(seconds_) + " s (the collective timeout); ";
+                      name(rank_) + " of " + std::to_string(size_) + " waited " + seconds_text() +
+                      " s (the collective timeout); ";
     if (seq == 0) {
       msg += "its peer, rank " + name(peer) + ", did not take part";
     } else {

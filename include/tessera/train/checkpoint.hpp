@@ -3,7 +3,8 @@
 /// Saving and restoring the full training state: master weights, optimizer state, loss scaler
 /// state, fp8 recipe states, and the run's position (step, epoch, data-order seed).
 ///
-///   tessera::train::run_state run{.step = step, .epoch = epoch, .data_seed = seed};
+///   tessera::train::run_state run{.step = step, .epoch = epoch, .data_seed = seed,
+///                                 .precision = "bf16"};  // checked on load
 ///   tessera::train::save_checkpoint("ckpt.tsr", model.parameters(), opt, scaler, run,
 ///                                   model_fp8_metas...);      // any number, or none
 ///   ...
