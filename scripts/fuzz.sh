@@ -50,11 +50,13 @@ for t in "${present[@]}"; do
   art=$build/artifacts/$t
   log=$build/fuzz_$t.log
   mkdir -p "$work" "$art"
+  dict=()
+  if [[ -f $root/tests/fuzz/$t.dict ]]; then dict=(-dict="$root/tests/fuzz/$t.dict"); fi
   t0=$(date +%s)
   rc=0
   "$exe" -max_total_time="$seconds" -rss_limit_mb="$rss" -timeout="$per_input" \
-    -print_final_stats=1 -artifact_prefix="$art/" "$work" "$root/tests/fuzz/corpus/$t" \
-    >"$log" 2>&1 || rc=$?
+    -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" "$work" \
+    "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   t1=$(date +%s)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   corpus=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -n 1 | sed 's/corp: //')

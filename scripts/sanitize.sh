@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the tests that exercise tessera's public checks (argument checks of gemm and conv2d,
 # shapes and views, the IDX reader, checkpoints, optimizers, and the fuzz targets' replay of
-# their corpora) with AddressSanitizer + UndefinedBehaviorSanitizer (g++, -O1 -g) in
+# their corpora) with AddressSanitizer + UndefinedBehaviorSanitizer (g++, -O1 -g1) in
 # build-asan/, and runs them with CTest. Any sanitizer report fails the test that produced it.
 #   scripts/sanitize.sh                       # the subset below
 #   scripts/sanitize.sh -R checkpoint         # extra arguments go to ctest
@@ -22,7 +22,7 @@ launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 start=$(date +%s)
 CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=g++ \
-  -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g" -DKokkos_ROOT="$kokkos" \
+  -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" -DKokkos_ROOT="$kokkos" \
   -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=OFF -DTESSERA_BUILD_EXAMPLES=OFF \
   -DTESSERA_SANITIZE=address,undefined "${launcher[@]}" >/dev/null
 existing=()
