@@ -24,7 +24,10 @@ if (($#)); then targets=("$@"); else targets=(idx checkpoint conv_gemm flags); f
 
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" \
+generator=() # Ninja builds the targets side by side (see scripts/sanitize.sh)
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" "${generator[@]}" \
+  -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g" -DKokkos_ROOT="$kokkos" \
   -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=OFF -DTESSERA_BUILD_EXAMPLES=OFF \
   -DTESSERA_FUZZ=ON "${launcher[@]}" >/dev/null

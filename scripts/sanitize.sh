@@ -20,8 +20,13 @@ targets=${TESSERA_SANITIZE_TARGETS:-"test_gemm_errors test_conv2d_checks test_te
 
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# Ninja builds the programs side by side; CMake's Makefiles build the targets named on one
+# command line one after the other (most are a single source file: no parallelism at all).
+generator=()
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
 start=$(date +%s)
-CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=g++ \
+CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" "${generator[@]}" \
+  -DCMAKE_CXX_COMPILER=g++ \
   -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" -DKokkos_ROOT="$kokkos" \
   -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=OFF -DTESSERA_BUILD_EXAMPLES=OFF \
   -DTESSERA_SANITIZE=address,undefined "${launcher[@]}" >/dev/null
