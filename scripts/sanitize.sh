@@ -6,10 +6,10 @@
 #   scripts/sanitize.sh                       # the subset below
 #   scripts/sanitize.sh -R checkpoint         # extra arguments go to ctest
 #   TESSERA_SANITIZE_TARGETS="test_nn_idx" scripts/sanitize.sh
-# Measured (fresh build-asan, ccache holding no usable entry; 2 cores shared with other builds, load
-# about 10): build 756 s, tests 116 s (115 tests), 872 s in all, using 377 s of CPU (on 2 idle
-# cores that would be some 3 to 4 minutes: an estimate, not measured). No sanitizer report and
-# no suppression needed.
+# Measured with a fresh build-asan (ccache holding no usable entry) on 2 cores shared with other
+# builds (load about 10): build 756 s, tests 116 s (115 tests), 872 s in all, using 377 s of CPU
+# (on 2 idle cores some 3 to 4 minutes: an estimate, not measured). No sanitizer report and no
+# suppression needed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kokkos=${Kokkos_ROOT:-$("$root/scripts/bootstrap.sh" | tail -n 1)}
