@@ -81,9 +81,13 @@ private:
   std::function<bool()> poll_;
 };
 
-/// Element types communicators carry.
+/// Element types communicators carry: the wire types of the precisions
+/// (precision_traits<P>::wire_type: float and bfloat16; fp16 travels as float, fp8 as bfloat16).
 template <class T>
-concept CommScalar = std::same_as<T, float> || std::same_as<T, bfloat16>;
+concept CommScalar = requires {
+  typename precision_of_t<T>;
+}
+&&std::same_as<T, wire_t<precision_of_t<T>>>;
 
 /// What a parallel plan needs from a group of processes (see the file comment).
 template <class C>
