@@ -127,11 +127,12 @@ TEST_CASE("fp16: without loss scaling the hidden gradient underflows to zero; wi
 TEST_CASE("fp16: training the first layer lowers the loss only with loss scaling",
           "[train][fp16][loss_scaling]") {
   const data d;
-  // lr: the first layer's gradients are about 2^-13 and the loss' curvature along them about
-  // |W2|^2 <= 2^-28, so a large step is still a small, safe one.
+  // lr: the first layer's gradients are about 2^-13 and the loss' curvature along them is of
+  // the order of |W2|^2 <= 2^-28, so even lr 1e5 (weights move by about 10 per step, the logits
+  // by a few 0.01) is a small, safe step.
   const auto run = [&](bool scaled) {
     two_layer<fp16> m;
-    train::sgd opt{.lr = 1e4f, .momentum = 0.f};
+    train::sgd opt{.lr = 1e5f, .momentum = 0.f};
     train::dynamic_scaler<> scaler;
     const double before = m.loss(d.x, d.y);
     int applied = 0;
@@ -149,7 +150,7 @@ TEST_CASE("fp16: training the first layer lowers the loss only with loss scaling
   const auto [b1, a1] = run(true);
   INFO("unscaled: " << b0 << " -> " << a0 << "; scaled: " << b1 << " -> " << a1);
   CHECK(a0 == b0);       // zero gradients: nothing learnt, bit for bit
-  CHECK(a1 < b1 - 1e-5); // the scaled gradients do the work
+  CHECK(a1 < b1 - 1e-4); // the scaled gradients do the work
 }
 
 TEST_CASE("fp16: a loss scale that overflows 65504 is detected, skipped and backed off",

@@ -22,7 +22,7 @@
 /// (tessera/parallel/mpi.hpp).
 
 #include <tessera/config/error.hpp>
-#include <tessera/precision/storage.hpp>
+#include <tessera/precision/traits.hpp>
 
 #include <concepts>
 #include <cstdint>
@@ -81,13 +81,18 @@ private:
   std::function<bool()> poll_;
 };
 
+namespace detail {
+/// T is the storage type of some precision (float, bfloat16, float16, ...).
+template <class T>
+concept precision_storage = requires {
+  typename precision_of_t<T>;
+};
+} // namespace detail
+
 /// Element types communicators carry: the wire types of the precisions
 /// (precision_traits<P>::wire_type: float and bfloat16; fp16 travels as float, fp8 as bfloat16).
 template <class T>
-concept CommScalar = requires {
-  typename precision_of_t<T>;
-}
-&&std::same_as<T, wire_t<precision_of_t<T>>>;
+concept CommScalar = detail::precision_storage<T> && std::same_as<T, wire_t<precision_of_t<T>>>;
 
 /// What a parallel plan needs from a group of processes (see the file comment).
 template <class C>
