@@ -34,8 +34,8 @@
 ///
 /// Widths T does not divide fail at compile time: the static_assert in
 /// detail::tensor_split_check<I, Layer, T, false> names the layer index I and its type.
-/// Tensor-parallel layers compute in fp32, bf16 or fp16 (fp8 scales would have to be agreed across
-/// the group); their activations must be in host-accessible memory (buffers go to MPI).
+/// Tensor-parallel layers compute in any unscaled precision (fp8 scales would have to be agreed
+/// across the group); their activations must be in host-accessible memory (buffers go to MPI).
 ///
 /// Parameters keep the names of the single-process model ("4.weight"); each shard is the slice
 /// of the single-process initialisation (the whole layer is initialised with the same seed and
@@ -280,7 +280,7 @@ class ColumnParallelLinear
                 "tessera::parallel::ColumnParallelLinear<In, Out, T>: T must divide Out");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::ColumnParallelLinear: tensor-parallel layers compute in "
-                "an unscaled precision (fp32, bf16, fp16), not fp8");
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T,
                                    split_role::column>;
 
@@ -310,7 +310,7 @@ class RowParallelLinear
                 "tessera::parallel::RowParallelLinear<In, Out, T>: T must divide In");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in "
-                "an unscaled precision (fp32, bf16, fp16), not fp8");
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T,
                                    split_role::row>;
 
@@ -340,7 +340,7 @@ class ColumnParallelConv2d
                 "tessera::parallel::ColumnParallelConv2d: grouped convolutions are not split");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in "
-                "an unscaled precision (fp32, bf16, fp16), not fp8");
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
                                    nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::column>;
 
@@ -370,7 +370,7 @@ class RowParallelConv2d
                 "tessera::parallel::RowParallelConv2d: grouped convolutions are not split");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in "
-                "an unscaled precision (fp32, bf16, fp16), not fp8");
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
                                    nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::row>;
 
