@@ -180,8 +180,9 @@ inline void check_bound(const char* layer, bool bound) {
 
 /// Tensor-parallel layers compute in any unscaled precision (fp32, bf16, fp16): an fp8 layer's
 /// per-tensor scales would have to agree across the group.
+/// (A concept, so that the traits are read only for precisions: nn::fp8<R> has none.)
 template <class P>
-inline constexpr bool tensor_parallel_precision = Precision<P> && !precision_traits<P>::scaled;
+concept tensor_parallel_precision = Precision<P> && !precision_traits<P>::scaled;
 
 /// The reduction a shard layer hands to nn::Linear / nn::Conv2d (nn::detail::no_reduction's
 /// counterpart): the fp32 partial sums, summed over the tensor group in place.
