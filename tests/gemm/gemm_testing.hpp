@@ -268,7 +268,7 @@ struct precision_pair {
   using b = B;
 };
 
-/// Calls f(precision_pair<A, B>{}) for every A, B of tessera::all_precisions.
+/// Calls f(precision_pair<A, B>{}) for every A, B of tessera::known_precisions.
 template <class F>
 void for_each_precision_pair(F&& f) {
   for_each_precision(

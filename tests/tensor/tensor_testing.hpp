@@ -27,8 +27,11 @@ using host_exec_spaces = std::tuple<
 #endif
     >;
 
-/// Every precision tessera has, as a Hana tuple of types for hana::for_each.
-inline constexpr auto all_precisions = boost::hana::tuple_t<fp32, bf16, fp8_e4m3, fp8_e5m2>;
+/// Every precision tessera has (tessera::known_precisions), as a Hana tuple of types for
+/// hana::for_each.
+inline constexpr auto all_precisions = []<class... Ps>(precision_list<Ps...>) {
+  return boost::hana::tuple_t<Ps...>;
+}(known_precisions{});
 inline constexpr auto fp8_precisions = boost::hana::tuple_t<fp8_e4m3, fp8_e5m2>;
 
 /// Calls f.template operator()<P>() for each type P in a Hana tuple of types.

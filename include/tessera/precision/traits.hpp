@@ -32,7 +32,7 @@ enum class precision_encoding {
 
 /// precision_traits<Tag>: everything known about a format at compile time. Consumers read these
 /// facts and never list precisions; a new precision is a tag, a storage type and one
-/// specialisation here (plus its entry in all_precisions).
+/// specialisation here (plus its entry in known_precisions).
 ///
 /// Members: name; storage_type (what a tensor holds); compute_type and accumulator_type (float:
 /// arithmetic widens, sums accumulate in fp32); wire_type (the storage gradients and activations
@@ -132,7 +132,7 @@ template <class... Ps>
 struct precision_list {
   static constexpr std::size_t size = sizeof...(Ps);
 };
-using all_precisions = precision_list<fp32, bf16, fp16, fp8_e4m3, fp8_e5m2>;
+using known_precisions = precision_list<fp32, bf16, fp16, fp8_e4m3, fp8_e5m2>;
 
 /// A precision tag: fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, or a user tag with traits.
 template <class T>
@@ -172,19 +172,19 @@ struct precision_of_impl<S, precision_list<P, Ps...>>
 } // namespace detail
 
 /// The tag whose storage type is S (float -> fp32, bfloat16 -> bf16, ...), found in
-/// all_precisions.
+/// known_precisions.
 template <class S>
-struct precision_of : detail::precision_of_impl<S, all_precisions> {};
+struct precision_of : detail::precision_of_impl<S, known_precisions> {};
 template <class S>
 using precision_of_t = typename precision_of<std::remove_cv_t<S>>::type;
 
-/// Calls f(P{}) for every precision P of all_precisions, in order.
+/// Calls f(P{}) for every precision P of known_precisions, in order.
 template <class F>
 constexpr void for_each_precision(F&& f) {
-  [&]<class... Ps>(precision_list<Ps...>) { (f(Ps{}), ...); }(all_precisions{});
+  [&]<class... Ps>(precision_list<Ps...>) { (f(Ps{}), ...); }(known_precisions{});
 }
 
-/// The position of P in all_precisions, -1 if absent (a compact run-time code for a precision).
+/// The position of P in known_precisions, -1 if absent (a compact run-time code for a precision).
 template <class P>
 constexpr int precision_index() {
   return []<class... Ps>(precision_list<Ps...>) {
@@ -192,7 +192,7 @@ constexpr int precision_index() {
     for (int i = 0; i < static_cast<int>(sizeof...(Ps)); ++i)
       if (same[i]) return i;
     return -1;
-  }(all_precisions{});
+  }(known_precisions{});
 }
 
 } // namespace tessera

@@ -31,9 +31,9 @@ namespace detail {
 
 #if !TESSERA_DEVICE_PASS
 
-/// The storage types the vector path handles: those of the precisions in all_precisions (each
+/// The storage types the vector path handles: those of the precisions in known_precisions (each
 /// is coded by its precision_traits<P>::encoding); anything else converts element by element.
-template <class S, class List = all_precisions>
+template <class S, class List = known_precisions>
 inline constexpr bool has_vector_codec = false;
 template <class S, class... Ps>
 inline constexpr bool

@@ -50,14 +50,14 @@ private:
 };
 
 /// A buffer for tensors of whichever precision flows through a precision-generic layer: one per
-/// precision of tessera::all_precisions (an allocation only for those actually used).
+/// precision of tessera::known_precisions (an allocation only for those actually used).
 class any_buffer {
 public:
-  explicit any_buffer(const char* label) : bufs_(make(label, all_precisions{})) {}
+  explicit any_buffer(const char* label) : bufs_(make(label, known_precisions{})) {}
   template <class P, class Ext>
   auto get(const Ext& e) {
     constexpr int i = precision_index<P>();
-    static_assert(i >= 0, "tessera::nn: the precision is not in tessera::all_precisions.");
+    static_assert(i >= 0, "tessera::nn: the precision is not in tessera::known_precisions.");
     return std::get<i>(bufs_).get(e);
   }
 
@@ -66,7 +66,7 @@ private:
   static std::tuple<buffer<Ps>...> make(const char* label, precision_list<Ps...>) {
     return {buffer<Ps>(label)...};
   }
-  decltype(make("", all_precisions{})) bufs_;
+  decltype(make("", known_precisions{})) bufs_;
 };
 
 /// Raw memory of n elements of T, kept between steps like buffer (masks, pooling indices).
