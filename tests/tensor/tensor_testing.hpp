@@ -45,13 +45,12 @@ void for_each_type(Types types, F&& f) {
 inline std::uint32_t bits_of(float x) {
   return detail::bit_cast<std::uint32_t>(x);
 }
-inline std::uint32_t bits_of(bfloat16 x) {
-  return x.bits;
+/// The code of any storage type with a `bits` member (bfloat16, float16, float8_e4m3, ...).
+template <class S>
+requires requires(S s) {
+  s.bits;
 }
-inline std::uint32_t bits_of(float8_e4m3 x) {
-  return x.bits;
-}
-inline std::uint32_t bits_of(float8_e5m2 x) {
+std::uint32_t bits_of(S x) {
   return x.bits;
 }
 

@@ -16,6 +16,7 @@ struct saturate {};
 struct overflow_to_inf_nan {};
 
 template <class P>
-concept OverflowPolicy = std::is_same_v<P, saturate> || std::is_same_v<P, overflow_to_inf_nan>;
+concept OverflowPolicy =
+    std::is_same_v<P, saturate> || std::is_same_v<P, overflow_to_inf_nan>;
 
 } // namespace tessera
