@@ -67,7 +67,7 @@ double error_bound(double exact, double abs_terms, index_t L) {
 /// The exact value as P would hold it when it saturates (fp8) or not.
 template <class P>
 double clamp_to(double v) {
-  if constexpr (precision_traits<P>::bits == 8) {
+  if constexpr (precision_traits<P>::scaled) {
     const double m = precision_traits<P>::max_finite;
     return std::clamp(v, -m, m);
   } else {

@@ -132,6 +132,22 @@ TEST_CASE("conv2d fp8: all passes match the reference on random shapes", "[conv]
   random_cases<fp8_e5m2, fp8_e5m2, fp8_e5m2>(5, 40);
 }
 
+TEST_CASE("conv2d fp16: all passes match the reference on random shapes", "[conv][fp16]") {
+  random_cases<fp16, fp16, fp16>(11, 60);
+}
+
+TEST_CASE("conv2d fp16 mixed with fp32, bf16 and fp8, and 16-64 channels per group",
+          "[conv][fp16][mixed]") {
+  random_cases<fp16, fp16, fp32>(12, 20);     // fp16 operands, fp32 output
+  random_cases<fp32, fp16, fp16>(13, 20);     // fp32 activations, fp16 weights
+  random_cases<fp16, bf16, fp16>(14, 20);     // fp16 x bf16
+  random_cases<fp16, fp8_e4m3, fp16>(15, 20); // fp16 x e4m3
+  std::mt19937_64 rng(16);
+  for (int i = 0; i < 6; ++i)
+    check_all_passes<fp16, fp16, fp16>(Kokkos::DefaultExecutionSpace{}, random_wide_shape(rng),
+                                       16000 + static_cast<std::uint64_t>(i), budgets[i % 3]);
+}
+
 TEST_CASE("conv2d low precision, reduction C/groups*R*S < 16 and >= 16 output channels",
           "[conv][bf16][fp8]") {
   // A first layer (1 x 3 x 3): backward-weight widens x and dy to fp32 for the implicit path.
@@ -154,6 +170,7 @@ TEST_CASE("conv2d low precision, reduction C/groups*R*S < 16 and >= 16 output ch
     check_all_passes<bf16, bf16, bf16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
     check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(Kokkos::DefaultExecutionSpace{}, s, seed,
                                                    budgets[i % 3]);
+    check_all_passes<fp16, fp16, fp16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
   }
 }
 

@@ -272,19 +272,11 @@ struct precision_pair {
   using b = B;
 };
 
-/// Calls f(precision_pair<A, B>{}) for every A, B in the four precisions.
+/// Calls f(precision_pair<A, B>{}) for every A, B of tessera::known_precisions.
 template <class F>
 void for_each_precision_pair(F&& f) {
-  const auto row = [&]<class A>(A) {
-    f(precision_pair<A, fp32>{});
-    f(precision_pair<A, bf16>{});
-    f(precision_pair<A, fp8_e4m3>{});
-    f(precision_pair<A, fp8_e5m2>{});
-  };
-  row(fp32{});
-  row(bf16{});
-  row(fp8_e4m3{});
-  row(fp8_e5m2{});
+  for_each_precision(
+      [&]<class A>(A) { for_each_precision([&]<class B>(B) { f(precision_pair<A, B>{}); }); });
 }
 
 /// "M 7, N 3, K 1000, A T(pad 2, offset 1), ...": a case's description for failure messages.

@@ -1,6 +1,7 @@
-// tessera::gemm with low-precision operands against the double reference: all 16 precision
-// pairs of A x B (fp32, bf16, fp8_e4m3, fp8_e5m2, independently) into fp32 C in every
-// transpose, a subset into bf16 C, and determinism of the low-precision paths.
+// tessera::gemm with low-precision operands against the double reference: all 25 precision
+// pairs of A x B (fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, independently) into fp32 C in every
+// transpose, a subset into bf16 C, fp16 with every precision into fp16 C on random odd, prime
+// and tiny shapes, and determinism of the low-precision paths.
 // The inputs are the stored (rounded) values widened exactly, so the reference sees exactly what
 // the kernel multiplies; accumulation is fp32, so the bound is the fp32 one of
 // tests/support/tolerance.hpp (gamma_{K+5} * sum |terms|), plus bf16's output rounding for a
@@ -39,7 +40,7 @@ constexpr lowp_shape lowp_shapes[] = {{33, 17, 65, false, false},   {64, 63, 127
 constexpr float lo = -2.f, hi = 2.f;
 } // namespace
 
-TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("all 16 precision pairs of A x B into fp32 C"),
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("all precision pairs of A x B into fp32 C"),
                         "[gemm][lowp]", TESSERA_TEST_CONFIGS) {
   std::uint64_t seed = base_seed;
   index_t failures = 0;
@@ -163,6 +164,36 @@ TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("bf16 C from fp32, bf16 and fp8 operan
   CHECK(failures == 0);
 }
 
+TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("fp16 with every precision into fp16 and fp32 C"),
+                        "[gemm][lowp][fp16]", TESSERA_TEST_CONFIGS) {
+  // fp16 x P and P x fp16 for every precision P, C fp16 (one rounding at the store on top of
+  // the fp32 bound) or fp32, on random shapes: primes, odd sizes and 1s on every axis, random
+  // transposes, leading dimensions and beta.
+  std::mt19937_64 rng(base_seed + 600);
+  const auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(rng) == 1; };
+  constexpr index_t sizes[] = {1, 2, 3, 5, 7, 13, 31, 37, 61, 97, 127, 131, 257};
+  const auto size = [&] { return sizes[std::uniform_int_distribution<int>(0, 12)(rng)]; };
+  index_t failures = 0, cases = 0;
+  for_each_precision([&]<class P>(P) {
+    const auto one = [&]<class PA, class PB, class PC>(PA, PB, PC) {
+      for (int r = 0; r < 4; ++r) {
+        const index_t m = size(), n = size(), k = size();
+        const matrix_form fa = random_form(rng, coin()), fb = random_form(rng, coin()),
+                          fc = random_form(rng, coin());
+        const float beta = coin() ? 0.f : 1.f;
+        ++cases;
+        failures +=
+            !check_gemm_case<TestType, PA, PB, PC>(m, n, k, fa, fb, fc, 1.f, beta, rng(), lo, hi);
+      }
+    };
+    one(fp16{}, P{}, fp16{});
+    one(P{}, fp16{}, fp16{});
+    one(fp16{}, P{}, fp32{});
+  });
+  CHECK(cases == 60);
+  CHECK(failures == 0);
+}
+
 TEMPLATE_LIST_TEST_CASE(
     TESSERA_TEST_NAME("low-precision results are bit-identical on repeated calls"), "[gemm][lowp]",
     TESSERA_TEST_CONFIGS) {
@@ -182,4 +213,6 @@ TEMPLATE_LIST_TEST_CASE(
   twice(bf16{}, bf16{}, base_seed + 200);
   twice(fp8_e4m3{}, fp8_e4m3{}, base_seed + 210);
   twice(fp8_e5m2{}, bf16{}, base_seed + 220);
+  twice(fp16{}, fp16{}, base_seed + 230);
+  twice(fp16{}, bf16{}, base_seed + 240);
 }

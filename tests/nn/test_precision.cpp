@@ -1,4 +1,4 @@
-// bf16 and fp8 (hybrid, current and delayed scaling) forward passes of nn::Linear and
+// bf16, fp16 and fp8 (hybrid, current and delayed scaling) forward passes of nn::Linear and
 // nn::Conv2d against the fp32 layer with the same masters, within a bound derived from the
 // formats:
 //   inputs and weights are rounded to the operand format: x~ = x (1 + d1) + e1, w~ = w (1 + d2) +
@@ -8,8 +8,8 @@
 //   + |e1||e2|; summed over the k products, with A = sum |x||w| + |b| (computed by the fp32
 //   layer on |x|, |w|, |b|) and k max|x|, k max|w| bounding the sums of |x| and |w|;
 //   both results accumulate in fp32: 2 gamma_k A (1 + 2u);
-//   the output is rounded to bf16 (the activation precision of bf16 and fp8 layers): u_bf16 of
-//   its magnitude.
+//   the output is rounded to the activation precision (bf16 for bf16 and fp8 layers, fp16 for
+//   fp16): u of its magnitude plus half its smallest subnormal.
 #include "nn_testing.hpp"
 
 #include <algorithm>
@@ -30,12 +30,14 @@ struct format {
   using op = typename nn::detail::operand_precision<Prec, false>::type;
   static constexpr double u = precision_traits<op>::unit_roundoff;
   static constexpr bool fp8 = Fp8Precision<op>;
-  /// Half the smallest subnormal over the current-scaling scale of a tensor with this amax.
+  /// Half the smallest subnormal over the current-scaling scale of a tensor with this amax
+  /// (fp8); half the smallest subnormal otherwise (what rounding into fp16's subnormals can
+  /// lose; negligible for bf16).
   static double abs_err(double amax) {
     if constexpr (fp8) {
       return precision_traits<op>::min_subnormal / 2.0 * amax / precision_traits<op>::max_finite;
     } else {
-      return 0;
+      return precision_traits<op>::min_subnormal / 2.0;
     }
   }
 };
@@ -57,14 +59,18 @@ void check_close(const char* what, const std::vector<double>& yp, const std::vec
                  const std::vector<double>& A, double k, double xmax, double wmax) {
   using f = format<Prec>;
   const double u = f::u, ex = f::abs_err(xmax), ew = f::abs_err(wmax);
-  const double gamma = k * u32 / (1 - k * u32), ub = precision_traits<bf16>::unit_roundoff;
+  // The output is rounded once to the activation precision (bf16 for bf16 and fp8, fp16 for
+  // fp16): relative ub, or half its smallest subnormal below its normal range.
+  using act = nn::activation_t<Prec>;
+  const double gamma = k * u32 / (1 - k * u32), ub = precision_traits<act>::unit_roundoff,
+               sub = precision_traits<act>::min_subnormal / 2.0;
   int misses = 0;
   double worst = 0;
   for (std::size_t i = 0; i < yp.size(); ++i) {
     const double prod =
         (2 * u + u * u) * A[i] + (1 + u) * (ex * k * wmax + ew * k * xmax) + k * ex * ew;
     const double acc = 2 * gamma * A[i] * (1 + 2 * u);
-    const double bound = prod + acc + ub * (std::abs(y32[i]) + prod + acc);
+    const double bound = prod + acc + ub * (std::abs(y32[i]) + prod + acc) + sub;
     const double err = std::abs(yp[i] - y32[i]);
     worst = std::max(worst, err / bound);
     if (err > bound && misses++ < 5)
@@ -131,6 +137,10 @@ void all_cases() {
 
 TEST_CASE("nn bf16 layers: forward within the bf16 rounding bound of fp32", "[nn][bf16]") {
   all_cases<bf16>();
+}
+
+TEST_CASE("nn fp16 layers: forward within the fp16 rounding bound of fp32", "[nn][fp16]") {
+  all_cases<fp16>();
 }
 
 TEST_CASE("nn fp8 layers (current scaling): forward within the E4M3 bound of fp32", "[nn][fp8]") {

@@ -1,7 +1,7 @@
-// A short training run on 2,000 Fashion-MNIST images (the installed dataset) in fp32, bf16 and
-// fp8: a small CNN trained for 2 epochs with SGD (lr 0.05, momentum 0.9, batch 50; bf16 and
-// fp8 through train::step with a dynamic loss scaler) must at least halve the mean loss on 500
-// held-out test images. The untrained loss is about ln 10 = 2.30 (PyTorch's init gives
+// A short training run on 2,000 Fashion-MNIST images (the installed dataset) in fp32, bf16, fp8
+// and fp16: a small CNN trained for 2 epochs with SGD (lr 0.05, momentum 0.9, batch 50; bf16,
+// fp8 and fp16 through train::step with a dynamic loss scaler) must at least halve the mean
+// loss on 500 held-out test images. The untrained loss is about ln 10 = 2.30 (PyTorch's init gives
 // near-uniform predictions); halving it needs the model to learn the classes, not just their
 // frequencies (balanced: a class prior alone stays at ln 10).
 #include "nn_testing.hpp"
@@ -84,7 +84,8 @@ std::pair<double, double> train_run(const data::labelled_images& train_set, cons
 
 } // namespace
 
-TEST_CASE("nn training: 2,000 Fashion-MNIST images halve the held-out loss in fp32, bf16, fp8",
+TEST_CASE("nn training: 2,000 Fashion-MNIST images halve the held-out loss in fp32, bf16, fp8 "
+          "and fp16",
           "[nn][training]") {
   const std::string dir = "/usr/share/datasets/fashion-mnist"; // scripts/bootstrap.sh installs it
   const auto train_set = data::load_mnist_like(dir, "train");
@@ -100,4 +101,5 @@ TEST_CASE("nn training: 2,000 Fashion-MNIST images halve the held-out loss in fp
   check("fp32", train_run<fp32>(train_set, held_out));
   check("bf16", train_run<bf16>(train_set, held_out));
   check("fp8", train_run<nn::fp8<>>(train_set, held_out));
+  check("fp16", train_run<fp16>(train_set, held_out));
 }

@@ -1,8 +1,9 @@
 #pragma once
-// An independent reference for float -> bf16 / fp8 encoding. It knows the formats only through
-// the formula for the value of a code (OCP OFP8 rev 1.0 table 1; bf16 = IEEE binary32 with 7
-// fraction bits) evaluated with ldexp in double, and rounds by comparing distances in double:
-// no bit manipulation of the input is involved, unlike the encoders in storage.hpp.
+// An independent reference for float -> bf16 / fp16 / fp8 encoding. It knows the formats only
+// through the formula for the value of a code (OCP OFP8 rev 1.0 table 1; bf16 = IEEE binary32
+// with 7 fraction bits; fp16 = IEEE-754 binary16) evaluated with ldexp in double, and rounds by
+// comparing distances in double: no bit manipulation of the input is involved, unlike the encoders
+// in storage.hpp.
 
 #include <tessera/precision.hpp>
 
@@ -46,6 +47,8 @@ struct format_spec {
 inline constexpr format_spec bf16_spec{8, 7, 127, 0x7f7f, 0x7f80, 0x8000, true};
 inline constexpr format_spec e4m3_spec{4, 3, 7, 0x7e, 0x7f, 0x80, false};
 inline constexpr format_spec e5m2_spec{5, 2, 15, 0x7b, 0x7c, 0x80, true};
+// IEEE-754 binary16: bias 15, 10 fraction bits, max finite 0x7bff = 65504, inf 0x7c00.
+inline constexpr format_spec fp16_spec{5, 10, 15, 0x7bff, 0x7c00, 0x8000, true};
 
 /// Every non-negative finite value of a format plus the first one past max finite, in
 /// increasing code order, and the midpoints between neighbours (all exact in double).

@@ -1,8 +1,11 @@
 // Exhaustive conversion checks, tagged [exhaustive] (CTest label `exhaustive`):
-//  - every one of the 2^32 float bit patterns encodes to bf16, e4m3 and e5m2 under both overflow
+//  - every one of the 2^32 float bit patterns encodes to bf16, fp16, e4m3 and e5m2 under both
+//  overflow
 //    policies as the independent reference in reference_rounding.hpp says (scalar from_float),
 //    and the vector convert_n gives the scalar's bits exactly (NaN codes included);
-//  - every bf16 pattern -> e4m3 / e5m2 and every fp8 code -> fp32 / bf16: vector == scalar.
+//  - every bf16 pattern -> e4m3 / e5m2 and every fp8 code -> fp32 / bf16: vector == scalar;
+//  - every fp16 code: its value against the format's formula, the round trip through float,
+//    and vector == scalar to and from every other format.
 // The 2^32 sweep runs in parallel over chunks of patterns with Kokkos::parallel_reduce; a
 // failure lists the first mismatching patterns in hex.
 #include "reference_rounding.hpp"
@@ -12,6 +15,7 @@
 #include <Kokkos_Core.hpp>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -140,6 +144,54 @@ TEST_CASE("all 2^32 floats -> e4m3: reference, scalar and vector agree", "[exhau
 
 TEST_CASE("all 2^32 floats -> e5m2: reference, scalar and vector agree", "[exhaustive][fp8_e5m2]") {
   check_all_floats<tessera::fp8_e5m2>(tessera_test::e5m2_spec, "fp32 -> e5m2");
+}
+
+TEST_CASE("all 2^32 floats -> fp16: reference, scalar and vector agree", "[exhaustive][fp16]") {
+  check_all_floats<tessera::fp16>(tessera_test::fp16_spec, "fp32 -> fp16");
+}
+
+TEST_CASE("all 65536 fp16 codes: exact value, round trip, vector == scalar", "[exhaustive][fp16]") {
+  using namespace tessera;
+  const auto& spec = tessera_test::fp16_spec;
+  std::uint32_t bad_value = 0, bad_trip = 0, first_value = 0, first_trip = 0;
+  for (std::uint32_t c = 0; c < 65536; ++c) {
+    const float16 h = float16::from_bits(static_cast<std::uint16_t>(c));
+    const float f = h.to_float();
+    const std::uint32_t mag = c & 0x7fffu;
+    // The value by the format's formula (reference_rounding.hpp), in double.
+    bool ok;
+    if (spec.is_nan(c)) {
+      ok = std::isnan(f) && std::signbit(f) == (c >> 15 != 0);
+    } else if (mag == 0x7c00u) {
+      ok = std::isinf(f) && std::signbit(f) == (c >> 15 != 0);
+    } else {
+      const double v = (c >> 15 ? -1.0 : 1.0) * spec.value(mag);
+      ok = static_cast<double>(f) == v && std::signbit(f) == (c >> 15 != 0);
+    }
+    if (!ok && bad_value++ == 0) first_value = c;
+    // Back to fp16: the same code, except that a NaN comes back quiet (bit 9 set).
+    const std::uint32_t expect = spec.is_nan(c) ? (c | 0x0200u) : c;
+    if ((float16::from_float<overflow_to_inf_nan>(f).bits != expect ||
+         float16::from_float<saturate>(f).bits !=
+             (mag == 0x7c00u ? ((c & 0x8000u) | 0x7bffu) : expect)) &&
+        bad_trip++ == 0)
+      first_trip = c;
+  }
+  INFO("value: " << bad_value << " bad, first 0x" << std::hex << first_value << "; round trip: "
+                 << std::dec << bad_trip << " bad, first 0x" << std::hex << first_trip);
+  CHECK(bad_value == 0);
+  CHECK(bad_trip == 0);
+  check_all_codes_vector<fp32, overflow_to_inf_nan, float16>(65536);
+  check_all_codes_vector<bf16, overflow_to_inf_nan, float16>(65536);
+  check_all_codes_vector<bf16, saturate, float16>(65536);
+  check_all_codes_vector<fp16, overflow_to_inf_nan, float16>(65536);
+  check_all_codes_vector<fp8_e4m3, saturate, float16>(65536);
+  check_all_codes_vector<fp8_e5m2, saturate, float16>(65536);
+  check_all_codes_vector<fp8_e5m2, overflow_to_inf_nan, float16>(65536);
+  check_all_codes_vector<fp16, overflow_to_inf_nan, bfloat16>(65536);
+  check_all_codes_vector<fp16, saturate, bfloat16>(65536);
+  check_all_codes_vector<fp16, overflow_to_inf_nan, float8_e4m3>(256);
+  check_all_codes_vector<fp16, overflow_to_inf_nan, float8_e5m2>(256);
 }
 
 TEST_CASE("all bf16 and fp8 codes: vector == scalar for every target", "[exhaustive][fp8]") {

@@ -64,7 +64,13 @@ std::vector<float> interesting_floats(std::mt19937& rng, std::size_t n_random) {
                   from_bits(0x7f7f7fffu),
                   1.0625f,
                   1.125f,
-                  1.1875f}) {
+                  1.1875f,
+                  65504.f,                  // fp16 max finite
+                  65520.f,                  // fp16: tie between max finite and 2^16
+                  std::ldexp(1.f, -24),     // fp16 smallest subnormal
+                  std::ldexp(1.f, -25),     // half of it
+                  std::ldexp(1023.5f, -24), // fp16: tie between max subnormal and min normal
+                  1.f + std::ldexp(1.f, -11)}) {
     for (float s : {x, -x}) {
       v.push_back(s);
       v.push_back(std::nextafter(s, inf));
@@ -78,6 +84,7 @@ std::vector<float> interesting_floats(std::mt19937& rng, std::size_t n_random) {
     v.push_back(unit(rng) * 600.f);                // around e4m3's range
     v.push_back(unit(rng) * 70000.f);              // around e5m2's range
     v.push_back(unit(rng) * std::ldexp(1.f, -13)); // fp8 subnormals
+    v.push_back(unit(rng) * std::ldexp(1.f, -14)); // fp16 subnormals
   }
   return v;
 }
@@ -104,6 +111,10 @@ void check_vector_equals_scalar(const std::vector<From>& src) {
                                                << ", first mismatch at " << first);
       CHECK(bad == 0);
       CHECK(std::memcmp(&vec[off + n], &sentinel[0], sizeof(S)) == 0); // nothing written past n
+      // The portable codec (no F16C) gives the same bits.
+      std::vector<S> port(n + off + 1);
+      tessera::detail::convert_n_impl<To, Policy, false>(src.data() + off, port.data() + off, n);
+      CHECK(std::memcmp(port.data() + off, vec.data() + off, n * sizeof(S)) == 0);
     }
   }
 }
@@ -114,6 +125,8 @@ void check_all_targets(const std::vector<From>& src) {
   check_vector_equals_scalar<fp32, overflow_to_inf_nan>(src);
   check_vector_equals_scalar<bf16, overflow_to_inf_nan>(src);
   check_vector_equals_scalar<bf16, saturate>(src);
+  check_vector_equals_scalar<fp16, overflow_to_inf_nan>(src);
+  check_vector_equals_scalar<fp16, saturate>(src);
   check_vector_equals_scalar<fp8_e4m3, overflow_to_inf_nan>(src);
   check_vector_equals_scalar<fp8_e4m3, saturate>(src);
   check_vector_equals_scalar<fp8_e5m2, overflow_to_inf_nan>(src);
@@ -123,8 +136,8 @@ void check_all_targets(const std::vector<From>& src) {
 } // namespace
 
 TEMPLATE_TEST_CASE("convert_n equals the scalar conversion for every target and policy",
-                   "[precision][vector]", float, tessera::bfloat16, tessera::float8_e4m3,
-                   tessera::float8_e5m2) {
+                   "[precision][vector]", float, tessera::bfloat16, tessera::float16,
+                   tessera::float8_e4m3, tessera::float8_e5m2) {
   std::mt19937 rng(20261122);
   const auto floats = interesting_floats(rng, 2000);
   std::vector<TestType> src;
@@ -174,7 +187,59 @@ void check_edge_cases(std::initializer_list<edge_case> cases) {
 } // namespace
 
 // Expected codes follow from the formats' definitions: e4m3 1.0 = 0.0111.000 (0x38), e5m2 1.0 =
-// 0.01111.00 (0x3c), bf16 1.0 = 0x3f80; a tie goes to the code with an even last bit.
+// 0.01111.00 (0x3c), bf16 1.0 = 0x3f80, fp16 1.0 = 0.01111.0000000000 (0x3c00); a tie goes to
+// the code with an even last bit.
+TEST_CASE("rounding edge cases: fp16", "[precision][fp16]") {
+  check_edge_cases<tessera::fp16>({
+      {0x00000000u, 0x0000, 0x0000, "+0"},
+      {0x80000000u, 0x8000, 0x8000, "-0 keeps its sign"},
+      {0x3f800000u, 0x3c00, 0x3c00, "1.0"},
+      {0x3f801000u, 0x3c00, 0x3c00, "1 + 2^-11: tie between 0x3c00 and 0x3c01 -> even 0x3c00"},
+      {0x3f801001u, 0x3c01, 0x3c01, "just above that tie -> 0x3c01"},
+      {0x3f803000u, 0x3c02, 0x3c02, "1 + 3 * 2^-11: tie between 0x3c01 and 0x3c02 -> 0x3c02"},
+      {0x33800000u, 0x0001, 0x0001, "2^-24: smallest subnormal"},
+      {0x33000000u, 0x0000, 0x0000, "2^-25: half the smallest subnormal, tie -> 0"},
+      {0x33000001u, 0x0001, 0x0001, "just above 2^-25 -> smallest subnormal"},
+      {0xb3000000u, 0x8000, 0x8000, "-2^-25 -> -0"},
+      {0x33c00000u, 0x0002, 0x0002, "3 * 2^-25: tie between subnormals 1 and 2 -> 2"},
+      {0x387fc000u, 0x03ff, 0x03ff, "1023 * 2^-24: max subnormal"},
+      {0x387fe000u, 0x0400, 0x0400, "1023.5 * 2^-24: tie with min normal 2^-14 (even) -> 0x0400"},
+      {0x38800000u, 0x0400, 0x0400, "2^-14: min normal"},
+      {0x00000001u, 0x0000, 0x0000, "float subnormal -> 0"},
+      {0x477fe000u, 0x7bff, 0x7bff, "65504 = max finite"},
+      {0x477fefffu, 0x7bff, 0x7bff, "just below 65520 -> max finite"},
+      {0x477ff000u, 0x7bff, 0x7c00, "65520: tie between 65504 (odd) and 2^16 -> inf"},
+      {0x7f7fffffu, 0x7bff, 0x7c00, "FLT_MAX: max finite or inf"},
+      {0x7f800000u, 0x7bff, 0x7c00, "+inf"},
+      {0xff800000u, 0xfbff, 0xfc00, "-inf"},
+      {0x7fc00000u, 0x7e00, 0x7e00, "quiet NaN -> 0x7e00"},
+      {0xffc00000u, 0xfe00, 0xfe00, "-NaN keeps its sign"},
+      {0x7f800001u, 0x7e00, 0x7e00, "signalling NaN -> quiet NaN"},
+      {0x7fbfe000u, 0x7fff, 0x7fff, "NaN payload: its top 10 bits kept, quiet bit set"},
+  });
+}
+
+TEST_CASE("fp16: F16C and the portable codec agree on every code and random floats",
+          "[precision][fp16][vector]") {
+  using namespace tessera;
+  std::vector<float16> codes(65536);
+  for (std::uint32_t c = 0; c < 65536; ++c) codes[c] = float16::from_bits(std::uint16_t(c));
+  std::vector<float> f16c(65536), port(65536);
+  detail::convert_n_impl<fp32, overflow_to_inf_nan, true>(codes.data(), f16c.data(), 65536);
+  detail::convert_n_impl<fp32, overflow_to_inf_nan, false>(codes.data(), port.data(), 65536);
+  CHECK(std::memcmp(f16c.data(), port.data(), 65536 * sizeof(float)) == 0);
+  std::mt19937 rng(16);
+  const auto floats = interesting_floats(rng, 20000);
+  std::vector<float16> a(floats.size()), b(floats.size()), c(floats.size()), d(floats.size());
+  detail::convert_n_impl<fp16, saturate, true>(floats.data(), a.data(), floats.size());
+  detail::convert_n_impl<fp16, saturate, false>(floats.data(), b.data(), floats.size());
+  detail::convert_n_impl<fp16, overflow_to_inf_nan, true>(floats.data(), c.data(), floats.size());
+  detail::convert_n_impl<fp16, overflow_to_inf_nan, false>(floats.data(), d.data(), floats.size());
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * 2) == 0);
+  CHECK(std::memcmp(c.data(), d.data(), c.size() * 2) == 0);
+  INFO("F16C in this build: " << detail::have_f16c);
+  SUCCEED();
+}
 TEST_CASE("rounding edge cases: e4m3", "[precision][fp8_e4m3]") {
   check_edge_cases<tessera::fp8_e4m3>({
       {0x00000000u, 0x00, 0x00, "+0"},

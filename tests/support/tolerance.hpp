@@ -65,7 +65,7 @@ double gemm_error_bound(double exact, double abs_terms, std::int64_t k) {
 /// The exact value as P holds it when the store saturates (fp8) or not (fp32, bf16).
 template <Precision P>
 double saturated(double v) {
-  if constexpr (precision_traits<P>::bits == 8) {
+  if constexpr (precision_traits<P>::scaled) {
     const double m = precision_traits<P>::max_finite;
     return std::clamp(v, -m, m);
   } else {

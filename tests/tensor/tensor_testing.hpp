@@ -19,8 +19,11 @@ namespace tessera::testing {
 /// Kokkos enables (Serial: one thread; OpenMP, Threads or HPX: all the threads Kokkos has).
 using host_exec_spaces = host_execution_spaces;
 
-/// Every precision tessera has, as a Hana tuple of types for hana::for_each.
-inline constexpr auto all_precisions = boost::hana::tuple_t<fp32, bf16, fp8_e4m3, fp8_e5m2>;
+/// Every precision tessera has (tessera::known_precisions), as a Hana tuple of types for
+/// hana::for_each.
+inline constexpr auto all_precisions = []<class... Ps>(precision_list<Ps...>) {
+  return boost::hana::tuple_t<Ps...>;
+}(known_precisions{});
 inline constexpr auto fp8_precisions = boost::hana::tuple_t<fp8_e4m3, fp8_e5m2>;
 
 /// Calls f.template operator()<P>() for each type P in a Hana tuple of types.
@@ -34,13 +37,12 @@ void for_each_type(Types types, F&& f) {
 inline std::uint32_t bits_of(float x) {
   return detail::bit_cast<std::uint32_t>(x);
 }
-inline std::uint32_t bits_of(bfloat16 x) {
-  return x.bits;
+/// The code of any storage type with a `bits` member (bfloat16, float16, float8_e4m3, ...).
+template <class S>
+requires requires(S s) {
+  s.bits;
 }
-inline std::uint32_t bits_of(float8_e4m3 x) {
-  return x.bits;
-}
-inline std::uint32_t bits_of(float8_e5m2 x) {
+std::uint32_t bits_of(S x) {
   return x.bits;
 }
 

@@ -8,18 +8,19 @@
 ///   C(i, j) = cast(v)     (for a scaled output: cast(v * scale), saturating; amax over |v|)
 ///
 ///   namespace epi = tessera::epi;
-///   tessera::epilogue<epi::bias_col, epi::relu> e{.alpha = 1.f, .beta = 0.f,
-///                                                 .ops = {epi::bias_col{bias}, {}}};
+///   tessera::epilogue<epi::bias_col<bf16>, epi::relu> e{.alpha = 1.f, .beta = 0.f,
+///                                                       .ops = {epi::bias_col{bias}, {}}};
 ///   tessera::gemm(exec, x, transpose(w.view()), y, e);        // y = relu(x w^T + bias)
 ///   // or, deducing the op list:
 ///   tessera::gemm(exec, x, w_t, y, tessera::make_epilogue({.alpha = 1.f}, epi::bias_col{bias},
 ///                                                         epi::gelu_tanh{}));
 ///
-/// Ops holding data (bias_row, bias_col, residual) keep a pointer, strides and the precision of
-/// what they were built from (any tessera precision, any strides); the memory must be reachable
-/// from the execution space the GEMM runs on and outlive the call. Their lengths are checked
-/// against C's shape when gemm is called (tessera::shape_error), and so is their memory: it must
-/// not overlap C (the GEMM may store partial sums in C before it reads them).
+/// Ops holding data (bias_row<P>, bias_col<P>, residual<P>) keep a pointer and strides of what
+/// they were built from (any tessera precision, any strides); P, its precision, is deduced by
+/// epi::bias_col{b} and is part of the type, so loads widen without a run-time switch. The
+/// memory must be reachable from the execution space the GEMM runs on and outlive the call. Their
+/// lengths are checked against C's shape when gemm is called (tessera::shape_error), and so is
+/// their memory: it must not overlap C (the GEMM may store partial sums in C before it reads them).
 
 #include <tessera/gemm/options.hpp>
 #include <tessera/tensor.hpp>
@@ -33,40 +34,6 @@ namespace epi {
 
 namespace detail {
 
-/// Precision codes of a type-erased operand.
-enum class code : int { f32 = 0, b16 = 1, e4m3 = 2, e5m2 = 3 };
-
-template <class P>
-constexpr code code_of() {
-  if constexpr (std::is_same_v<P, fp32>)
-    return code::f32;
-  else if constexpr (std::is_same_v<P, bf16>)
-    return code::b16;
-  else if constexpr (std::is_same_v<P, fp8_e4m3>)
-    return code::e4m3;
-  else
-    return code::e5m2;
-}
-
-/// Element `off` of a type-erased array of precision c, widened to float (exact).
-TESSERA_INLINE float load_as_float(const void* p, code c, index_t off) noexcept {
-  switch (c) {
-  case code::f32:
-    return static_cast<const float*>(p)[off];
-  case code::b16:
-    return to_float(static_cast<const bfloat16*>(p)[off]);
-  case code::e4m3:
-    return to_float(static_cast<const float8_e4m3*>(p)[off]);
-  default:
-    return to_float(static_cast<const float8_e5m2*>(p)[off]);
-  }
-}
-
-/// Bytes per element of precision code c.
-constexpr std::int64_t code_bytes(code c) noexcept {
-  return c == code::f32 ? 4 : c == code::b16 ? 2 : 1;
-}
-
 template <class T>
 auto as_view_of(const T& t) {
   if constexpr (is_tensor<T>::value) {
@@ -78,12 +45,17 @@ auto as_view_of(const T& t) {
   }
 }
 
-/// A rank-1 array of any precision and stride.
+/// The precision of a tensor or view T.
+template <class T>
+using precision_of_arg = typename decltype(as_view_of(std::declval<const T&>()))::precision;
+
+/// A rank-1 array of precision P and any stride. P is part of the type: loads convert at
+/// compile time, no switch per element.
+template <class P>
 struct vector_arg {
-  const void* data = nullptr;
+  const storage_t<P>* data = nullptr;
   index_t length = -1; ///< -1: not set
   index_t stride = 1;
-  code prec = code::f32;
 
   vector_arg() = default;
   template <class T>
@@ -94,24 +66,21 @@ struct vector_arg {
     data = v.data();
     length = v.extent(0);
     stride = v.stride(0);
-    prec = code_of<typename V::precision>();
   }
-  TESSERA_INLINE float operator[](index_t i) const noexcept {
-    return load_as_float(data, prec, i * stride);
-  }
+  TESSERA_INLINE float operator[](index_t i) const noexcept { return to_float(data[i * stride]); }
   /// The memory it reads (for the overlap check against C).
   ::tessera::detail::mem_region region() const {
-    return ::tessera::detail::region_of(data, code_bytes(prec), {length < 0 ? 0 : length},
+    return ::tessera::detail::region_of(data, sizeof(storage_t<P>), {length < 0 ? 0 : length},
                                         {stride});
   }
 };
 
-/// A rank-2 array of any precision and strides.
+/// A rank-2 array of precision P and any strides.
+template <class P>
 struct matrix_arg {
-  const void* data = nullptr;
+  const storage_t<P>* data = nullptr;
   index_t rows = -1, cols = -1; ///< -1: not set
   index_t s0 = 0, s1 = 0;
-  code prec = code::f32;
 
   matrix_arg() = default;
   template <class T>
@@ -124,14 +93,13 @@ struct matrix_arg {
     cols = v.extent(1);
     s0 = v.stride(0);
     s1 = v.stride(1);
-    prec = code_of<typename V::precision>();
   }
   TESSERA_INLINE float operator()(index_t i, index_t j) const noexcept {
-    return load_as_float(data, prec, i * s0 + j * s1);
+    return to_float(data[i * s0 + j * s1]);
   }
   /// The memory it reads (for the overlap check against C).
   ::tessera::detail::mem_region region() const {
-    return ::tessera::detail::region_of(data, code_bytes(prec),
+    return ::tessera::detail::region_of(data, sizeof(storage_t<P>),
                                         {rows < 0 ? 0 : rows, cols < 0 ? 0 : cols}, {s0, s1});
   }
 };
@@ -143,8 +111,9 @@ inline std::string len_string(index_t n) {
 } // namespace detail
 
 /// Adds bias[i] to row i of C (a vector of length M: e.g. per output channel of a conv GEMM).
+template <class P = fp32>
 struct bias_row {
-  detail::vector_arg bias;
+  detail::vector_arg<P> bias;
   bias_row() = default;
   template <class T>
   explicit bias_row(const T& t) : bias(t) {}
@@ -164,8 +133,9 @@ struct bias_row {
 };
 
 /// Adds bias[j] to column j of C (a vector of length N: e.g. per output feature of y = x W^T).
+template <class P = fp32>
 struct bias_col {
-  detail::vector_arg bias;
+  detail::vector_arg<P> bias;
   bias_col() = default;
   template <class T>
   explicit bias_col(const T& t) : bias(t) {}
@@ -221,8 +191,9 @@ struct gelu_erf {
 
 /// Adds R(i, j) of an (M, N) tensor (a skip connection). R must not share memory with C
 /// (shape_error): C may hold partial sums before R is read. For C += R, pass beta = 1 instead.
+template <class P = fp32>
 struct residual {
-  detail::matrix_arg r;
+  detail::matrix_arg<P> r;
   residual() = default;
   template <class T>
   explicit residual(const T& t) : r(t) {}
@@ -241,6 +212,14 @@ struct residual {
     f("residual", r.region());
   }
 };
+
+// A bias or residual op takes the precision of the tensor it is built from: epi::bias_col{b}.
+template <class T>
+bias_row(const T&) -> bias_row<detail::precision_of_arg<T>>;
+template <class T>
+bias_col(const T&) -> bias_col<detail::precision_of_arg<T>>;
+template <class T>
+residual(const T&) -> residual<detail::precision_of_arg<T>>;
 
 /// Multiplies by a constant (e.g. 1 / sqrt(d) after a residual, or a loss scale).
 struct scale {

@@ -3,12 +3,12 @@
 /// tessera::gemm: C = epilogue(alpha * op(A) op(B) + beta * C), fp32 accumulation; and
 /// tessera::gemm_batched for strided batches.
 ///
-/// Operands. A (M, K), B (K, N), C (M, N): rank-2 Tensors or TensorViews. A and B are each any of
-/// fp32, bf16, fp8_e4m3, fp8_e5m2 (independently: e4m3 x e5m2 is fine), with any non-negative
+/// Operands. A (M, K), B (K, N), C (M, N): rank-2 Tensors or TensorViews. A and B are each of any
+/// tessera precision (independently: e4m3 x e5m2, fp16 x bf16 are fine), with any non-negative
 /// strides: pass transpose(x.view()) for op(x) = x^T, a strided sub-view for a leading dimension
 /// larger than the extent. A or B may be a scaled_tensor (fp8 payload + scale, see
 /// tensor/scaled_tensor.hpp) or tessera::scaled(view, scale): the product is multiplied by
-/// 1 / scale of each. C is fp32 or bf16; or fp8 as a scaled output (a scaled_tensor or
+/// 1 / scale of each. C is of any precision; an fp8 C may be a scaled output (a scaled_tensor or
 /// tessera::scaled(view, scale)): C = saturate(value * scale), and gemm returns the amax of the
 /// values before that scaling (what the next scale is computed from, e.g. with
 /// scale_for_amax<P>(amax)). For any other C gemm returns 0. A plain fp8 C (no scale) is
@@ -25,7 +25,7 @@
 ///   tessera::gemm(exec, a, transpose(b.view()), c, {.alpha = 2.f, .beta = 1.f});
 ///   namespace epi = tessera::epi;
 ///   tessera::gemm(exec, x, transpose(w.view()), y,                     // y = relu(x w^T + b)
-///                 tessera::epilogue<epi::bias_col, epi::relu>{.ops = {epi::bias_col{b}, {}}});
+///                 tessera::epilogue<epi::bias_col<>, epi::relu>{.ops = {epi::bias_col{b}, {}}});
 ///   auto yq = tessera::scaled(y8.view(), scale);                       // fp8 output
 ///   float amax = tessera::gemm(exec, xq, wq_t, yq);                    // xq, wq: scaled_tensor
 ///   tessera::gemm(tessera::gemm_algo::portable{}, exec, a, b, c);      // force an algorithm
@@ -141,10 +141,6 @@ float gemm(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_i
   detail::check_space<Exec, VA>();
   detail::check_space<Exec, VB>();
   detail::check_space<Exec, VC>();
-  using pc = typename VC::precision;
-  static_assert(std::is_same_v<pc, fp32> || std::is_same_v<pc, bf16> ||
-                    precision_traits<pc>::bits == 8,
-                "tessera::gemm: C must be fp32, bf16 or fp8.");
   const auto e = detail::as_epilogue(opts);
   detail::check_gemm_args("tessera::gemm", oa.view, ob.view, oc.view, e.ops);
   detail::check_gemm_scales("tessera::gemm", oa, ob, oc);

@@ -99,7 +99,7 @@ public:
     detail::require_saved_like("tessera::nn::ReLU::backward", dy, shape_);
     if (!need_dx) return {};
     auto dx = dx_.template get<P>(dy.extents());
-    // The output's precision is the forward input's: find it among the four.
+    // The output's precision is the forward input's: find it among all precisions.
     const auto run = [&](auto prec) {
       using Y = decltype(prec);
       if (last_kind_ != kind_of<Y>()) return;
@@ -114,10 +114,7 @@ public:
               out[i] = detail::keep_or_zero(to_float(y[i]) > 0.f, d[i]);
           });
     };
-    run(fp32{});
-    run(bf16{});
-    run(fp8_e4m3{});
-    run(fp8_e5m2{});
+    for_each_precision(run);
     exec.fence();
     return dx;
   }
@@ -130,10 +127,7 @@ private:
   int last_kind_ = -1;
   template <class P>
   static constexpr int kind_of() {
-    return std::is_same_v<P, fp32>       ? 0
-           : std::is_same_v<P, bf16>     ? 1
-           : std::is_same_v<P, fp8_e4m3> ? 2
-                                         : 3;
+    return precision_index<P>();
   }
 };
 

@@ -2,8 +2,9 @@
 /// \file nn/precision.hpp
 /// The compute precision of a layer (a template parameter of Linear and Conv2d):
 ///  - tessera::fp32: everything fp32;
-///  - tessera::bf16: weights cast from the fp32 masters to bf16 each forward, activations and
-///    the gradients between layers bf16, GEMM/convolution accumulation fp32;
+///  - tessera::bf16 (or any other unscaled precision, such as tessera::fp16): weights cast from
+///    the fp32 masters to it each forward, activations and the gradients between layers in it,
+///    GEMM/convolution accumulation fp32 (fp16's narrow range wants train::loss_scaler);
 ///  - tessera::nn::fp8<Recipe>: "hybrid" fp8 as in Transformer Engine: the inputs of every GEMM
 ///    and convolution are per-tensor scaled fp8, E4M3 for weights and activations and E5M2 for
 ///    gradients (train::hybrid), scales chosen by Recipe (train/fp8_recipe.hpp); activations and
@@ -31,10 +32,11 @@ struct is_fp8_compute : std::false_type {};
 template <class R>
 struct is_fp8_compute<fp8<R>> : std::true_type {};
 
-/// A compute precision: fp32, bf16 or nn::fp8<Recipe>.
+/// A compute precision: an unscaled precision (fp32, bf16, fp16: precision_traits<P>::scaled is
+/// false) or nn::fp8<Recipe> (the scaled fp8 formats need a recipe for their scales).
 template <class T>
-concept ComputePrecision =
-    std::is_same_v<T, fp32> || std::is_same_v<T, bf16> || is_fp8_compute<T>::value;
+concept ComputePrecision = is_fp8_compute<T>::value ||
+    (Precision<T> && !precision_traits<T>::scaled);
 
 namespace detail {
 template <class Prec>
@@ -48,7 +50,7 @@ struct activation_of<fp8<R>> {
 } // namespace detail
 
 /// The precision of the activations (and of the gradients passed between layers) of a layer
-/// computing in Prec: fp32 -> fp32, bf16 -> bf16, fp8<R> -> bf16.
+/// computing in Prec: an unscaled precision -> itself (fp32, bf16, fp16), fp8<R> -> bf16.
 template <class Prec>
 using activation_t = typename detail::activation_of<Prec>::type;
 

@@ -22,7 +22,7 @@
 /// (tessera/parallel/mpi.hpp).
 
 #include <tessera/config/error.hpp>
-#include <tessera/precision/storage.hpp>
+#include <tessera/precision/traits.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -82,9 +82,18 @@ private:
   std::function<bool()> poll_;
 };
 
-/// Element types communicators carry.
+namespace detail {
+/// T is the storage type of some precision (float, bfloat16, float16, ...).
 template <class T>
-concept CommScalar = std::same_as<T, float> || std::same_as<T, bfloat16>;
+concept precision_storage = requires {
+  typename precision_of_t<T>;
+};
+} // namespace detail
+
+/// Element types communicators carry: the wire types of the precisions
+/// (precision_traits<P>::wire_type: float and bfloat16; fp16 travels as float, fp8 as bfloat16).
+template <class T>
+concept CommScalar = detail::precision_storage<T> && std::same_as<T, wire_t<precision_of_t<T>>>;
 
 /// What a parallel plan needs from a group of processes (see the file comment).
 template <class C>

@@ -41,8 +41,8 @@
 ///
 /// Widths T does not divide fail at compile time: the static_assert in
 /// detail::tensor_split_check<I, Layer, T, false> names the layer index I and its type.
-/// Tensor-parallel layers compute in fp32 or bf16 (fp8 scales would have to be agreed across
-/// the group); their activations must be in host-accessible memory (buffers go to MPI).
+/// Tensor-parallel layers compute in any unscaled precision (fp8 scales would have to be agreed
+/// across the group); their activations must be in host-accessible memory (buffers go to MPI).
 ///
 /// Parameters keep the names of the single-process model ("4.weight"); each shard is the slice
 /// of the single-process initialisation (the whole layer is initialised with the same seed and
@@ -188,9 +188,11 @@ inline void check_bound(const char* layer, bool bound) {
                       "before forward");
 }
 
+/// Tensor-parallel layers compute in any unscaled precision (fp32, bf16, fp16): an fp8 layer's
+/// per-tensor scales would have to agree across the group.
+/// (A concept, so that the traits are read only for precisions: nn::fp8<R> has none.)
 template <class P>
-inline constexpr bool tensor_parallel_precision =
-    std::is_same_v<P, fp32> || std::is_same_v<P, bf16>;
+concept tensor_parallel_precision = Precision<P> && !precision_traits<P>::scaled;
 
 /// The reduction a shard layer hands to nn::Linear / nn::Conv2d (nn::detail::no_reduction's
 /// counterpart): the fp32 partial sums, summed over the tensor group in place.
@@ -289,7 +291,7 @@ class ColumnParallelLinear
                 "tessera::parallel::ColumnParallelLinear<In, Out, T>: T must divide Out");
   static_assert(detail::tensor_parallel_precision<P>,
                 "tessera::parallel::ColumnParallelLinear: tensor-parallel layers compute in "
-                "fp32 or bf16");
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T,
                                    split_role::column>;
 
@@ -318,8 +320,8 @@ class RowParallelLinear
   static_assert(T >= 1 && In % T == 0,
                 "tessera::parallel::RowParallelLinear<In, Out, T>: T must divide In");
   static_assert(detail::tensor_parallel_precision<P>,
-                "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in fp32 "
-                "or bf16");
+                "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in "
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T,
                                    split_role::row>;
 
@@ -348,8 +350,8 @@ class ColumnParallelConv2d
   static_assert(Opt.groups == 1,
                 "tessera::parallel::ColumnParallelConv2d: grouped convolutions are not split");
   static_assert(detail::tensor_parallel_precision<P>,
-                "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in fp32 "
-                "or bf16");
+                "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in "
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
                                    nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::column>;
 
@@ -378,8 +380,8 @@ class RowParallelConv2d
   static_assert(Opt.groups == 1,
                 "tessera::parallel::RowParallelConv2d: grouped convolutions are not split");
   static_assert(detail::tensor_parallel_precision<P>,
-                "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in fp32 "
-                "or bf16");
+                "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in "
+                "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
                                    nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::row>;
 
@@ -442,7 +444,7 @@ struct tensor_split_check {
   static constexpr bool ok = Divides;
 };
 
-/// Checked for every split layer: tensor-parallel layers compute in fp32 or bf16.
+/// Checked for every split layer: tensor-parallel layers compute in an unscaled precision.
 template <std::size_t I, class Layer, bool Ok>
 struct tensor_split_precision_check {
   static_assert(Ok, "tessera::parallel::tensor<T>: layer I computes in fp8, which the tensor "

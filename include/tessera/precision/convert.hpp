@@ -9,23 +9,32 @@
 #include <tessera/precision/policies.hpp>
 #include <tessera/precision/traits.hpp>
 
+#include <concepts>
+
 namespace tessera {
 
-TESSERA_INLINE constexpr float to_float(float x) noexcept { return x; }
-TESSERA_INLINE constexpr float to_float(bfloat16 x) noexcept { return x.to_float(); }
-TESSERA_INLINE constexpr float to_float(float8_e4m3 x) noexcept { return x.to_float(); }
-TESSERA_INLINE constexpr float to_float(float8_e5m2 x) noexcept { return x.to_float(); }
+TESSERA_INLINE constexpr float to_float(float x) noexcept {
+  return x;
+}
+/// Any storage type (bfloat16, float16, float8_e4m3, ...) to float, exactly.
+template <class S>
+requires requires(S s) {
+  { s.to_float() } -> std::same_as<float>;
+}
+TESSERA_INLINE constexpr float to_float(S x) noexcept {
+  return x.to_float();
+}
 
-/// The default overflow policy of a format: IEEE behaviour for fp32 and bf16, saturation for
-/// fp8 (what fp8 training uses).
+/// The default overflow policy of a format (precision_traits<P>::overflow_policy): IEEE
+/// behaviour for fp32, bf16 and fp16, saturation for the scaled fp8 formats (what fp8 training
+/// uses).
 template <Precision P>
-using default_overflow_t = std::conditional_t<precision_traits<P>::bits == 8, saturate,
-                                              overflow_to_inf_nan>;
+using default_overflow_t = typename precision_traits<P>::overflow_policy;
 
 /// float -> storage of precision P, rounding to nearest even.
 template <Precision P, OverflowPolicy Policy = default_overflow_t<P>>
 TESSERA_INLINE constexpr storage_t<P> from_float(float f) noexcept {
-  if constexpr (std::is_same_v<P, fp32>) {
+  if constexpr (precision_traits<P>::encoding == precision_encoding::binary32) {
     return f;
   } else {
     return storage_t<P>::template from_float<Policy>(f);

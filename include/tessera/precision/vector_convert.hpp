@@ -1,7 +1,8 @@
 #pragma once
 /// \file precision/vector_convert.hpp
 /// Whole-array conversions on the host, bit-identical to the scalar ones in convert.hpp
-/// (including the NaN codes they produce), vectorised with xsimd batches of the widest
+/// (including the NaN codes they produce); float <-> fp16 with F16C where the target has it;
+/// every other pair vectorised with xsimd batches of the widest
 /// architecture the translation unit is compiled for (xsimd::default_arch: AVX-512 under
 /// -march=native on a current x86 CPU).
 ///
@@ -16,6 +17,10 @@
 #include <tessera/precision/convert.hpp>
 #include <tessera/simd/lanes.hpp>
 
+#if !TESSERA_DEVICE_PASS && (defined(__AVX512F__) || defined(__F16C__))
+#include <immintrin.h>
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -26,26 +31,29 @@ namespace detail {
 
 #if !TESSERA_DEVICE_PASS
 
-/// The storage types the vector path handles; anything else converts element by element.
-template <class S>
-inline constexpr bool has_vector_codec =
-    std::is_same_v<S, float> || std::is_same_v<S, bfloat16> || std::is_same_v<S, float8_e4m3> ||
-    std::is_same_v<S, float8_e5m2>;
+/// The storage types the vector path handles: those of the precisions in known_precisions (each
+/// is coded by its precision_traits<P>::encoding); anything else converts element by element.
+template <class S, class List = known_precisions>
+inline constexpr bool has_vector_codec = false;
+template <class S, class... Ps>
+inline constexpr bool
+    has_vector_codec<S, precision_list<Ps...>> = (std::is_same_v<S, storage_t<Ps>> || ...);
 
 /// Storage type S -> float bit patterns, lane by lane. Mirrors the scalar to_float of each type.
 template <class S, class A>
 inline simd::lanes<A> vector_decode(const simd::lanes<A>& b) noexcept {
   using L = simd::lanes<A>;
-  if constexpr (std::is_same_v<S, float>) {
+  using T = precision_traits<precision_of_t<S>>;
+  if constexpr (T::encoding == precision_encoding::binary32) {
     return b;
-  } else if constexpr (std::is_same_v<S, bfloat16>) {
+  } else if constexpr (T::encoding == precision_encoding::binary32_top_half) {
     return b << 16;
   } else {
-    constexpr int man_bits = S::mantissa_bits, bias = S::bias;
+    constexpr int man_bits = S::mantissa_bits, bias = S::bias, code_bits = 8 * sizeof(S);
     constexpr std::int32_t exp_field = (1 << S::exponent_bits) - 1;
     constexpr std::int32_t man_mask = (1 << man_bits) - 1;
-    const L sign = (b & L(0x80)) << 24;
-    const L mag = b & L(0x7f);
+    const L sign = ((b >> (code_bits - 1)) & L(1)) << 31;
+    const L mag = b & L((1 << (code_bits - 1)) - 1);
     // Normal: shift exponent and mantissa into place and rebias the exponent.
     const L normal = (mag << (23 - man_bits)) + L((127 - bias) << 23);
     // Subnormal (exponent field 0): mantissa * 2^(1 - bias - man_bits), an exact product.
@@ -54,13 +62,17 @@ inline simd::lanes<A> vector_decode(const simd::lanes<A>& b) noexcept {
     const L sub =
         xsimd::bitwise_cast<L>(xsimd::batch_cast<float>(mag) * xsimd::batch<float, A>(step));
     L r = xsimd::select(mag <= L(man_mask), sub, normal);
-    if constexpr (std::is_same_v<S, float8_e5m2>) {
-      // Exponent field all ones: infinity (mantissa 0) or NaN, payload kept as the scalar does.
-      r = xsimd::select(mag >= L(exp_field << man_bits),
-                        L(0x7f800000) | ((mag & L(man_mask)) << (23 - man_bits)), r);
+    if constexpr (S::has_inf) {
+      // Exponent field all ones: infinity (mantissa 0) or NaN, payload kept as the scalar does
+      // (and quieted where the scalar quiets it).
+      const L man = mag & L(man_mask);
+      L special = L(0x7f800000) | (man << (23 - man_bits));
+      if constexpr (S::quiet_nan_on_decode)
+        special = xsimd::select(man != L(0), special | L(0x00400000), special);
+      r = xsimd::select(mag >= L(exp_field << man_bits), special, r);
     } else {
       // E4M3FN: only S.1111.111 is NaN; it decodes to the default quiet NaN.
-      r = xsimd::select(mag == L(0x7f), L(0x7fc00000), r);
+      r = xsimd::select(mag == L((1 << (code_bits - 1)) - 1), L(0x7fc00000), r);
     }
     return r | sign;
   }
@@ -78,14 +90,15 @@ inline simd::lanes<A> vector_rne_shift(const simd::lanes<A>& x, const simd::lane
 }
 
 /// Float bit patterns u -> codes of precision To under Policy (in the low bits of each lane).
-/// Mirrors bfloat16::from_float and detail::encode_fp8 exactly.
+/// Mirrors bfloat16::from_float and detail::encode_minifloat exactly.
 template <class To, class Policy, class A>
 inline simd::lanes<A> vector_encode(const simd::lanes<A>& u) noexcept {
   using L = simd::lanes<A>;
+  using T = precision_traits<To>;
   constexpr bool sat = std::is_same_v<Policy, saturate>;
-  if constexpr (std::is_same_v<To, fp32>) {
+  if constexpr (T::encoding == precision_encoding::binary32) {
     return u;
-  } else if constexpr (std::is_same_v<To, bf16>) {
+  } else if constexpr (T::encoding == precision_encoding::binary32_top_half) {
     const L a = u & L(0x7fffffff);
     const L sign = (u >> 16) & L(0x8000); // arithmetic shift, then masked
     // RNE on the 16 dropped bits; a <= 0x7f800000 for non-NaN lanes, so the sum cannot wrap.
@@ -95,12 +108,10 @@ inline simd::lanes<A> vector_encode(const simd::lanes<A>& u) noexcept {
     return xsimd::select(a > L(0x7f800000), (u >> 16) | L(0x0040), r);
   } else {
     using S = storage_t<To>;
-    constexpr int man_bits = S::mantissa_bits, bias = S::bias;
-    // The same constants as the scalar encoders in storage.hpp.
-    constexpr std::int32_t max_code = std::is_same_v<To, fp8_e4m3> ? 0x7e : 0x7b;
-    constexpr std::int32_t overflow_code = std::is_same_v<To, fp8_e4m3> ? 0x7f : 0x7c;
-    constexpr std::int32_t nan_code = std::is_same_v<To, fp8_e4m3> ? 0x7f : 0x7e;
-    const L sign = (u >> 24) & L(0x80);
+    constexpr int man_bits = S::mantissa_bits, bias = S::bias, code_bits = 8 * sizeof(S);
+    // The storage type's own constants, as its scalar encoder uses them.
+    constexpr std::int32_t max_code = S::max_code, overflow_code = S::overflow_code;
+    const L sign = (u >> (32 - code_bits)) & L(1 << (code_bits - 1));
     const L a = u & L(0x7fffffff);
     const L exp_field = a >> 23;
     // Normal in the target (biased target exponent >= 1): round the whole magnitude at bit
@@ -124,7 +135,13 @@ inline simd::lanes<A> vector_encode(const simd::lanes<A>& u) noexcept {
     }
     // Beyond max finite (this includes infinity): the policy decides.
     code = xsimd::select(code > L(max_code), L(sat ? max_code : overflow_code), code);
-    code = xsimd::select(a > L(0x7f800000), L(nan_code), code);
+    if constexpr (S::nan_keeps_payload) {
+      const L nan = L(overflow_code | (1 << (man_bits - 1))) |
+                    ((a >> (23 - man_bits)) & L((1 << man_bits) - 1));
+      code = xsimd::select(a > L(0x7f800000), nan, code);
+    } else {
+      code = xsimd::select(a > L(0x7f800000), L(static_cast<std::int32_t>(S::nan_code)), code);
+    }
     return code | sign;
   }
 }
@@ -149,27 +166,101 @@ inline std::size_t vector_convert_body(const From* src, storage_t<To>* dst,
   return n_body;
 }
 
+/// Whether F16C converts From -> To: float -> a precision whose traits say f16c, or back.
+template <class To, class From>
+inline constexpr bool f16c_pair = (std::is_same_v<From, float> && precision_traits<To>::f16c) ||
+                                  (has_vector_codec<From> &&
+                                   precision_traits<To>::encoding == precision_encoding::binary32 &&
+                                   precision_traits<precision_of_t<From>>::f16c);
+
+#if defined(__AVX512F__) || defined(__F16C__)
+inline constexpr bool have_f16c = true;
+
+/// The first n - n % lanes elements with the F16C conversions (VCVTPS2PH rounding to nearest
+/// even, VCVTPH2PS): IEEE-754 overflow, subnormals and NaNs, which is what float16's scalar
+/// conversions do bit for bit (tests/precision/test_exhaustive.cpp). Saturation clamps the input
+/// to +-max finite first (min/max keep a NaN: it is their second operand). Returns how many.
+template <class To, class Policy, class From>
+inline std::size_t f16c_convert_body(const From* src, storage_t<To>* dst, std::size_t n) noexcept {
+#if defined(__AVX512F__)
+  constexpr std::size_t w = 16;
+#else
+  constexpr std::size_t w = 8;
+#endif
+  const std::size_t n_body = n - n % w;
+  if constexpr (std::is_same_v<From, float>) {
+    constexpr float mx = precision_traits<To>::max_finite;
+    constexpr bool sat = std::is_same_v<Policy, saturate>;
+    for (std::size_t i = 0; i < n_body; i += w) {
+#if defined(__AVX512F__)
+      __m512 x = _mm512_loadu_ps(src + i);
+      if constexpr (sat)
+        x = _mm512_max_ps(_mm512_set1_ps(-mx), _mm512_min_ps(_mm512_set1_ps(mx), x));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+      __m256 x = _mm256_loadu_ps(src + i);
+      if constexpr (sat)
+        x = _mm256_max_ps(_mm256_set1_ps(-mx), _mm256_min_ps(_mm256_set1_ps(mx), x));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+#endif
+    }
+  } else {
+    for (std::size_t i = 0; i < n_body; i += w) {
+#if defined(__AVX512F__)
+      _mm512_storeu_ps(
+          reinterpret_cast<float*>(dst + i),
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#else
+      _mm256_storeu_ps(reinterpret_cast<float*>(dst + i),
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+    }
+  }
+  return n_body;
+}
+#else
+inline constexpr bool have_f16c = false;
+template <class To, class Policy, class From>
+inline std::size_t f16c_convert_body(const From*, storage_t<To>*, std::size_t) noexcept {
+  return 0;
+}
+#endif
+
 #endif // !TESSERA_DEVICE_PASS
 
 } // namespace detail
 
-/// Converts n elements of storage type From (float, bfloat16, float8_e4m3, float8_e5m2) to
-/// storage of precision To on the host: dst[i] = convert<To, Policy>(src[i]) bit for bit,
-/// including the NaN codes. Vectorised with xsimd where the translation unit has a SIMD arch
-/// (the last n % (2 * batch size) elements, and other From types, take the scalar path).
+namespace detail {
+/// convert_n, with the F16C instructions where UseF16C and the pair allows (else, or without
+/// F16C, the portable xsimd codec). Tests call both forms.
+template <class To, class Policy, bool UseF16C, class From>
+void convert_n_impl(const From* src, storage_t<To>* dst, std::size_t n) noexcept {
+  std::size_t i = 0;
+#if !TESSERA_DEVICE_PASS
+  if constexpr (UseF16C && have_f16c && f16c_pair<To, From>)
+    i = f16c_convert_body<To, Policy>(src, dst, n);
+  else if constexpr (simd::available && has_vector_codec<From> && has_vector_codec<storage_t<To>>)
+    i = vector_convert_body<To, Policy, xsimd::default_arch>(src, dst, n);
+#endif
+  for (; i < n; ++i) dst[i] = convert<To, Policy>(src[i]);
+}
+} // namespace detail
+
+/// Converts n elements of a storage type From (float, bfloat16, float16, float8_e4m3,
+/// float8_e5m2) to storage of precision To on the host: dst[i] = convert<To, Policy>(src[i]) bit
+/// for bit, including the NaN codes. float <-> float16 takes the F16C instructions where the
+/// translation unit has them (__F16C__ or __AVX512F__); other pairs are vectorised with xsimd
+/// where the translation unit has a SIMD arch (the last n % (2 * batch size) elements, and other
+/// From types, take the scalar path).
 /// Preconditions: src and dst do not overlap. Complexity: O(n), memory-bound on AVX-512.
 ///
 ///   std::vector<float> w(n);  std::vector<tessera::float8_e4m3> q(n);
 ///   tessera::convert_n<tessera::fp8_e4m3, tessera::saturate>(w.data(), q.data(), n);
 template <Precision To, OverflowPolicy Policy = default_overflow_t<To>, class From>
 void convert_n(const From* src, storage_t<To>* dst, std::size_t n) noexcept {
-  std::size_t i = 0;
-#if !TESSERA_DEVICE_PASS
-  if constexpr (detail::simd::available && detail::has_vector_codec<From> &&
-                detail::has_vector_codec<storage_t<To>>)
-    i = detail::vector_convert_body<To, Policy, xsimd::default_arch>(src, dst, n);
-#endif
-  for (; i < n; ++i) dst[i] = convert<To, Policy>(src[i]);
+  detail::convert_n_impl<To, Policy, true>(src, dst, n);
 }
 
 } // namespace tessera

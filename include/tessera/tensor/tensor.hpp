@@ -21,7 +21,7 @@ template <class P, class Ext, class L = layout_right,
 class Tensor {
   static_assert(Precision<P>,
                 "tessera::Tensor: the first template argument must be a precision tag "
-                "(tessera::fp32, bf16, fp8_e4m3 or fp8_e5m2), not a storage type such as float.");
+                "(one of tessera::known_precisions), not a storage type such as float.");
   static_assert(is_extents<Ext>::value,
                 "tessera::Tensor: the second template argument must be tessera::extents<...>.");
   static_assert(Layout<L>, "tessera::Tensor: the third template argument must be a layout "

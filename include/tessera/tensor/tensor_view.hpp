@@ -23,7 +23,7 @@ template <class P, class Ext, class L = layout_right,
 class TensorView {
   static_assert(Precision<P>,
                 "tessera::TensorView: the first template argument must be a precision tag "
-                "(tessera::fp32, bf16, fp8_e4m3 or fp8_e5m2), not a storage type such as float.");
+                "(one of tessera::known_precisions), not a storage type such as float.");
   static_assert(is_extents<Ext>::value,
                 "tessera::TensorView: the second template argument must be tessera::extents<...>.");
   static_assert(Layout<L>, "tessera::TensorView: the third template argument must be a layout "

@@ -128,9 +128,10 @@ inline void load_bf16(const S* src, std::uint16_t* dst, index_t n) noexcept {
   }
 }
 
+/// Precisions the bf16 kernels (AMX tiles, AVX512_BF16 dot products) take: those whose every
+/// value is a bf16 (precision_traits<P>::exact_in_bf16: bf16 and fp8, not fp32 nor fp16).
 template <class P>
-inline constexpr bool amx_input_v =
-    std::is_same_v<P, bf16> || std::is_same_v<P, fp8_e4m3> || std::is_same_v<P, fp8_e5m2>;
+inline constexpr bool amx_input_v = precision_traits<P>::exact_in_bf16;
 
 #if TESSERA_GEMM_AMX
 

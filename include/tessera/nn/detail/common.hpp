@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 namespace tessera::nn::detail {
@@ -48,27 +49,24 @@ private:
   view_type v_;
 };
 
-/// A buffer for tensors of whichever precision flows through a precision-generic layer (one
-/// allocation per precision actually used).
-struct any_buffer {
-  explicit any_buffer(const char* label) : f32(label), b16(label), e4(label), e5(label) {}
+/// A buffer for tensors of whichever precision flows through a precision-generic layer: one per
+/// precision of tessera::known_precisions (an allocation only for those actually used).
+class any_buffer {
+public:
+  explicit any_buffer(const char* label) : bufs_(make(label, known_precisions{})) {}
   template <class P, class Ext>
   auto get(const Ext& e) {
-    if constexpr (std::is_same_v<P, fp32>) {
-      return f32.get(e);
-    } else if constexpr (std::is_same_v<P, bf16>) {
-      return b16.get(e);
-    } else if constexpr (std::is_same_v<P, fp8_e4m3>) {
-      return e4.get(e);
-    } else {
-      static_assert(std::is_same_v<P, fp8_e5m2>, "tessera::nn: unknown precision.");
-      return e5.get(e);
-    }
+    constexpr int i = precision_index<P>();
+    static_assert(i >= 0, "tessera::nn: the precision is not in tessera::known_precisions.");
+    return std::get<i>(bufs_).get(e);
   }
-  buffer<fp32> f32;
-  buffer<bf16> b16;
-  buffer<fp8_e4m3> e4;
-  buffer<fp8_e5m2> e5;
+
+private:
+  template <class... Ps>
+  static std::tuple<buffer<Ps>...> make(const char* label, precision_list<Ps...>) {
+    return {buffer<Ps>(label)...};
+  }
+  decltype(make("", known_precisions{})) bufs_;
 };
 
 /// Raw memory of n elements of T, kept between steps like buffer (masks, pooling indices).
