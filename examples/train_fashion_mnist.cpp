@@ -1,8 +1,9 @@
-// Trains FashionCNN on Fashion-MNIST in fp32, bf16 or fp8 (hybrid, fp32 masters) and reports
+// Trains FashionCNN on Fashion-MNIST in fp32, bf16, fp16 or fp8 (hybrid, fp32 masters) and reports
 // train loss, test accuracy on all 10,000 test images, seconds and images/s per epoch.
 //
 //   train_fashion_mnist                          # fp32, 6,000 training images, one epoch
 //   train_fashion_mnist --precision bf16 --full  # all 60,000 images, 3 epochs
+//   train_fashion_mnist --precision fp16         # IEEE half: needs the loss scaler (below)
 //   train_fashion_mnist --precision fp8 --epochs 2 --threads 2 --checkpoint ck.bin
 //   train_fashion_mnist --precision fp8 --epochs 3 --threads 2 --resume ck.bin  # epoch 3 only
 //   OMP_NUM_THREADS=1 mpiexec -n 8 train_fashion_mnist --plan data=2,tensor=2,pipeline=2
@@ -24,7 +25,7 @@
 // Model (FashionCNN): Conv2d(1,32,3,pad 1) ReLU MaxPool2d(2); Conv2d(32,64,3,pad 1) ReLU
 // MaxPool2d(2); Flatten; Linear(3136,128) ReLU; Linear(128,10). SGD lr 0.05, momentum 0.9,
 // batch 64, reshuffled every epoch from a fixed seed. Inputs normalised as (x/255 - 0.2860) /
-// 0.3530 (Fashion-MNIST's training mean and standard deviation). bf16 and fp8 runs use a
+// 0.3530 (Fashion-MNIST's training mean and standard deviation). bf16, fp16 and fp8 runs use a
 // dynamic loss scaler (PyTorch GradScaler rules); fp32 runs none.
 //
 // --checkpoint FILE saves the whole training state (fp32 masters, SGD momentum, loss scaler, fp8
@@ -408,6 +409,7 @@ int main(int argc, char* argv[]) {
 #endif
     if (o.precision == "fp32") return run<tessera::fp32>(o);
     if (o.precision == "bf16") return run<tessera::bf16>(o);
+    if (o.precision == "fp16") return run<tessera::fp16>(o);
     return run<nn::fp8<>>(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_fashion_mnist: %s\n", e.what());

@@ -101,8 +101,10 @@ TEST_CASE("the learning rate (--lr) takes a finite positive number", "[examples]
 }
 
 TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") {
-  for (const char* p : {"fp32", "bf16", "fp8"}) CHECK(parse({"--precision", p}).precision == p);
-  for (const char* bad : {"fp16", "FP32", "", "fp32 ", "bf16x"}) refused("--precision", bad);
+  for (const char* p : {"fp32", "bf16", "fp16", "fp8"})
+    CHECK(parse({"--precision", p}).precision == p);
+  for (const char* bad : {"fp64", "FP32", "", "fp32 ", "bf16x", "fp16 "})
+    refused("--precision", bad);
 
   CHECK(parse({"--data", "/tmp/x"}).data == "/tmp/x");
   CHECK(parse({"--checkpoint", "ck.bin"}).checkpoint == "ck.bin");
@@ -119,6 +121,7 @@ TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") 
                           "data=2;tensor=2", "data=02"})
     refused("--plan", bad);
   REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--precision", "fp8"}), fashion::usage_error);
+  REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--precision", "fp16"}), fashion::usage_error);
   REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--checkpoint", "c"}), fashion::usage_error);
   REQUIRE_THROWS_AS(parse({"--resume", "c", "--plan", "data=2"}), fashion::usage_error);
 }
