@@ -2,13 +2,18 @@
 # Builds tessera's tests and runs them with CTest, bootstrapping dependencies first.
 #   scripts/test.sh                 # everything (the exhaustive conversion tests included)
 #   scripts/test.sh -L precision    # extra arguments go to ctest
+# ccache (installed by the bootstrap) keeps rebuilds of unchanged programs cheap; CCACHE_BASEDIR
+# makes its hits independent of where the checkout lives.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kokkos=$("$root/scripts/bootstrap.sh" | tail -n 1)
 build=${TESSERA_BUILD_DIR:-$root/build}
 jobs=${TESSERA_JOBS:-$(nproc)}
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
-  -DTESSERA_BUILD_TESTS=ON >/dev/null
+  -DTESSERA_BUILD_TESTS=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 cd "$build"
 OMP_PROC_BIND=${OMP_PROC_BIND:-false} ctest --output-on-failure -j "$jobs" "$@"
