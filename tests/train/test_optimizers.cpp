@@ -120,7 +120,7 @@ void compare_with_reference(Opt opt, Ref ref_proto, int steps, std::uint64_t see
 TEST_CASE("sgd: hand-computed steps (plain, momentum, Nesterov, weight decay, dampening)",
           "[train][optim]") {
   const Kokkos::DefaultHostExecutionSpace exec{};
-  auto run = [&](train::sgd opt, int steps) {
+  auto run = [&](train::basic_sgd<Kokkos::HostSpace> opt, int steps) { // host state too
     // Host parameters: the test reads and writes elements directly.
     auto params = boost::hana::make_tuple(nn::parameter<extents<1>, Kokkos::HostSpace>("w", {}));
     auto& p = boost::hana::at_c<0>(params);
@@ -159,7 +159,8 @@ TEST_CASE("adamw: hand-computed first steps (bias correction, decoupled decay)",
   auto& p = boost::hana::at_c<0>(params);
   p.value(0) = 1.f;
   p.value(1) = -2.f;
-  train::adamw opt{.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.5f};
+  train::basic_adamw<Kokkos::HostSpace> opt{
+      .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.5f};
   // Step 1: bias correction makes m_hat = g and v_hat = g^2, so the update is
   // lr * g / (|g| + eps) ~= lr * sign(g), applied after decaying w by (1 - lr * wd) = 0.95.
   p.grad(0) = 3.f;

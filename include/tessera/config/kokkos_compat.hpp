@@ -23,6 +23,14 @@
 #endif
 #define TESSERA_KOKKOS_4 (KOKKOS_VERSION >= 40000)
 
+// 1 when Kokkos has a device backend (its default memory space may then be a GPU's).
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL) ||    \
+    defined(KOKKOS_ENABLE_OPENMPTARGET)
+#define TESSERA_KOKKOS_DEVICE 1
+#else
+#define TESSERA_KOKKOS_DEVICE 0
+#endif
+
 namespace tessera {
 
 namespace detail {

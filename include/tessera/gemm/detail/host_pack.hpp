@@ -13,17 +13,7 @@
 #include <cstring>
 
 #if !TESSERA_DEVICE_PASS && defined(__AVX512F__)
-// GCC PR 105593 (see simd/lanes.hpp): silence the intrinsic header's own lines if this is the
-// first inclusion of it (a Kokkos Threads build reaches it before lanes.hpp does).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 #define TESSERA_GEMM_PACK_AVX512 1
 #else
 #define TESSERA_GEMM_PACK_AVX512 0
