@@ -100,6 +100,7 @@ packages=(
   libopenblas-dev libdnnl-dev
   dataset-fashion-mnist zlib1g-dev
   clang-format
+  clang-14 libclang-rt-14-dev ccache ninja-build
 )
 # ROCm's HIP compiler, only for the HIP build (large: about 90 MiB to download, 480 MiB installed).
 [[ $variant == kokkos-4.6-hip ]] && packages+=(hipcc libamdhip64-dev rocm-device-libs)
