@@ -3,6 +3,7 @@
 // is refused before anything is written, while views of one allocation that share no element
 // (channel halves of one buffer) are computed right; scaled inputs with invalid scales are
 // refused; parameters whose size arithmetic overflows are refused without allocating.
+#include "support/messages.hpp"
 #include "conv_testing.hpp"
 
 #include <cstring>
@@ -17,18 +18,6 @@ namespace {
 using exec = Kokkos::DefaultHostExecutionSpace;
 using sview4 = TensorView<fp32, dextents<4>, layout_stride, Kokkos::HostSpace>;
 using sview1 = TensorView<fp32, dextents<1>, layout_stride, Kokkos::HostSpace>;
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
 
 template <class T>
 std::vector<unsigned char> bytes_of(const T& t) {

@@ -2,6 +2,7 @@
 // with good values (parsed to the right value) and bad ones (refused with fashion::usage_error
 // naming the flag): non-numbers, trailing junk, scientific notation for integers, signs, out
 // of range, non-finite or non-positive learning rates, missing values, unknown flags.
+#include "support/messages.hpp"
 #include "train_fashion_mnist_options.hpp"
 
 #include <catch2/catch.hpp>
@@ -10,24 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+using tessera::testing::what_contains;
 
-/// Matches an exception whose what() contains every one of the strings.
-struct what_contains : Catch::MatcherBase<std::exception> {
-  std::vector<std::string> parts;
-  what_contains(std::initializer_list<std::string> p) : parts(p) {}
-  bool match(const std::exception& e) const override {
-    const std::string w = e.what();
-    for (const auto& s : parts)
-      if (w.find(s) == std::string::npos) return false;
-    return true;
-  }
-  std::string describe() const override {
-    std::string d = "has a message containing";
-    for (const auto& s : parts) d += " \"" + s + "\"";
-    return d;
-  }
-};
+namespace {
 
 fashion::options parse(std::initializer_list<const char*> args) {
   std::vector<const char*> argv{"train_fashion_mnist"};

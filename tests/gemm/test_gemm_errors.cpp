@@ -3,6 +3,7 @@
 // scale. Each must throw (tessera::shape_error / value_error) with a message naming the call,
 // the operands and their shapes, and leave every operand bit-identical. And the legal cases next
 // to them (operands sharing one allocation without overlapping, A aliasing B) must still work.
+#include "support/messages.hpp"
 #include "gemm_testing.hpp"
 
 using namespace tessera;
@@ -11,20 +12,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 constexpr std::uint64_t base_seed = 0xe4404;
-
-/// The message of the E that f throws, or a text saying what happened instead (which no
-/// expected message contains).
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
 
 template <Precision P>
 using host_tensor1 = Tensor<P, dextents<1>, layout_right, host_space>;

@@ -4,6 +4,7 @@
 // of 512, so a residual or bias read from C was silently wrong for K > 512), and the scales of
 // scaled operands must be positive, finite and normal. Refused calls leave every operand
 // bit-identical.
+#include "support/messages.hpp"
 #include "gemm_testing.hpp"
 
 #include <limits>
@@ -15,18 +16,6 @@ namespace epi = tessera::epi;
 
 namespace {
 constexpr std::uint64_t seed = 0x5afe12;
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
 
 template <Precision P>
 using vec_view = TensorView<P, dextents<1>, layout_stride, host_space>;

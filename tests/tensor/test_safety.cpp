@@ -4,6 +4,7 @@
 // deep_copy / convert_into / quantize_with_scale; invalid fp8 scales in quantize_with_scale and
 // dequantize. Every refused call must throw a tessera exception naming the operation and leave
 // the tensors bit-identical.
+#include "support/messages.hpp"
 #include "tensor_testing.hpp"
 
 #include <catch2/catch.hpp>
@@ -23,18 +24,6 @@ using Catch::Matchers::Contains;
 namespace {
 
 using host = Kokkos::HostSpace;
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
 
 /// Every byte address of every element of r: the brute-force reference.
 std::set<std::int64_t> bytes_of(const detail::mem_region& r) {

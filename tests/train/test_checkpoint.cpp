@@ -9,6 +9,7 @@
 // layers): W is fake-quantized to fp8 E4M3 with a delayed-scaling fp8_meta and the gradient of W
 // to E5M2 with a current-scaling one, so the fp8 states shape the trajectory; some steps get an
 // injected inf so that the dynamic scaler skips them and backs off.
+#include "support/messages.hpp"
 #include "train_testing.hpp"
 
 #include <tessera/train.hpp>
@@ -36,23 +37,6 @@ namespace fs = std::filesystem;
 namespace hana = boost::hana;
 
 namespace {
-
-/// Matches an exception whose what() contains every one of the strings.
-struct what_contains : Catch::MatcherBase<std::exception> {
-  std::vector<std::string> parts;
-  what_contains(std::initializer_list<std::string> p) : parts(p) {}
-  bool match(const std::exception& e) const override {
-    const std::string w = e.what();
-    for (const auto& s : parts)
-      if (w.find(s) == std::string::npos) return false;
-    return true;
-  }
-  std::string describe() const override {
-    std::string d = "has a message containing";
-    for (const auto& s : parts) d += " \"" + s + "\"";
-    return d;
-  }
-};
 
 constexpr int in_dim = 3, out_dim = 4, samples = 64, batch = 8;
 

@@ -2,6 +2,7 @@
 // against 0, -1, NaN, +inf, -inf (and a subnormal where it matters) at every entry point
 // (step, validate, set_lr, constructors, restore); a refused value throws value_error naming the
 // hyper-parameter, before any master weight, gradient or state buffer is written.
+#include "support/messages.hpp"
 #include "train_testing.hpp"
 
 #include <tessera/train/adamw.hpp>
@@ -27,18 +28,6 @@ constexpr float denorm_v = std::numeric_limits<float>::denorm_min();
 auto make_params() {
   return boost::hana::make_tuple(nn::parameter<extents<5>>("a", {}),
                                  nn::parameter<extents<3, 4>>("b", {}));
-}
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
 }
 
 /// Runs opt.step after one good step; with `set` applied to a copy of opt the step must throw
