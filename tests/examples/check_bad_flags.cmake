@@ -16,7 +16,7 @@ set(cases
     "--limit|-1@--limit -1: out of range"
     "--test-limit|5k@--test-limit '5k'"
     "--seed|-1@--seed '-1'"
-    "--precision|fp16@--precision 'fp16'"
+    "--precision|fp64@--precision 'fp64'"
     "--plan|data=3@--plan data=3"
     "--collective-timeout|-1@--collective-timeout -1"
     "--epochs@missing value after --epochs"
