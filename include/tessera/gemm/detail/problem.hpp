@@ -71,18 +71,6 @@ std::string gemm_describe(const char* name, const V& v) {
   return s + ") " + precision_traits<typename V::precision>::name;
 }
 
-/// True if the (rows, cols) matrix with strides (s0, s1) has no two elements at one address
-/// and no negative stride.
-inline bool distinct_elements(index_t rows, index_t cols, index_t s0, index_t s1) {
-  if (rows <= 1) s0 = 0;
-  if (cols <= 1) s1 = 0;
-  if (s0 < 0 || s1 < 0) return false;
-  if (rows > 1 && cols > 1) return (s1 >= 1 && s0 >= cols * s1) || (s0 >= 1 && s1 >= rows * s0);
-  if (rows > 1) return s0 >= 1;
-  if (cols > 1) return s1 >= 1;
-  return true;
-}
-
 /// The run-time checks of gemm: shapes, strides of C, C aliasing A or B, epilogue lengths.
 template <class VA, class VB, class VC, class Ops>
 void check_gemm_args(const char* who, const VA& a, const VB& b, const VC& c, const Ops& ops) {
@@ -92,7 +80,8 @@ void check_gemm_args(const char* who, const VA& a, const VB& b, const VC& c, con
   };
   if (b.extent(0) != k || c.extent(0) != m || c.extent(1) != n)
     throw shape_error(std::string(who) + ": " + all() + ": needs A (M, K), B (K, N), C (M, N)");
-  if (!distinct_elements(c.extent(0), c.extent(1), c.stride(0), c.stride(1)))
+  if ((c.extent(0) > 1 && c.stride(0) < 0) || (c.extent(1) > 1 && c.stride(1) < 0) ||
+      !distinct_elements(region_of(c)))
     throw shape_error(std::string(who) + ": " + all() +
                       ": the strides of C must be non-negative and give every element of C its "
                       "own address");
