@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace tessera::train {
 
@@ -56,10 +57,13 @@ struct basic_adamw {
   /// Sets the learning rate (for schedules); throws value_error, changing nothing, unless the
   /// hyper-parameters stay valid with it.
   void set_lr(float new_lr) {
-    basic_adamw probe{
-        .lr = new_lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay};
-    probe.check_hyperparameters("tessera::train::adamw::set_lr");
-    lr = new_lr;
+    const float old = std::exchange(lr, new_lr);
+    try {
+      check_hyperparameters("tessera::train::adamw::set_lr");
+    } catch (...) {
+      lr = old;
+      throw;
+    }
   }
 
   /// One update of every parameter: one kernel per parameter on exec, then one fence. Throws

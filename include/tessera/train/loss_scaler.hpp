@@ -21,13 +21,13 @@
 ///   DynamicGradScaler and DeepSpeed's default).
 
 #include <tessera/config/bit_cast.hpp>
+#include <tessera/tensor/scaled_tensor.hpp> // detail::valid_scale
 #include <tessera/train/detail/optimizer_state.hpp>
 
 #include <boost/hana/length.hpp>
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 namespace tessera::train {
@@ -90,11 +90,12 @@ bool unscale_and_check(const Exec& exec, const Params& params, float inv_scale) 
   }
 }
 
-/// A loss scale (and the floor and ceiling of a dynamic one) must be a positive, finite,
-/// normal float (>= 2^-126): 1 / scale, which unscaling multiplies by, is then finite. 0,
-/// negative values, NaN, +-inf and subnormals are refused with value_error.
+/// A loss scale (and the floor and ceiling of a dynamic one) obeys the rule of every scale in
+/// tessera (tessera::detail::valid_scale: positive, finite, normal, so that 1 / scale, which
+/// unscaling multiplies by, is finite). 0, negative values, NaN, +-inf and subnormals are
+/// refused with value_error.
 inline void require_valid_scale(const char* who, float s) {
-  if (!(s >= std::numeric_limits<float>::min() && s <= std::numeric_limits<float>::max()))
+  if (!::tessera::detail::valid_scale(s))
     throw value_error(std::string(who) +
                       ": the loss scale must be positive, finite and normal (>= 2^-126), got " +
                       std::to_string(s));

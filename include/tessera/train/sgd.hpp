@@ -23,6 +23,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace tessera::train {
 
@@ -55,10 +56,13 @@ struct basic_sgd {
   /// Sets the learning rate (for schedules); throws value_error, changing nothing, unless it is
   /// finite and >= 0.
   void set_lr(float new_lr) {
-    basic_sgd probe = hyperparameters_only();
-    probe.lr = new_lr;
-    probe.check_hyperparameters("tessera::train::sgd::set_lr");
-    lr = new_lr;
+    const float old = std::exchange(lr, new_lr);
+    try {
+      check_hyperparameters("tessera::train::sgd::set_lr");
+    } catch (...) {
+      lr = old;
+      throw;
+    }
   }
 
   /// One update of every parameter from its gradient: one kernel per parameter on exec, then
@@ -99,15 +103,6 @@ struct basic_sgd {
   }
 
 private:
-  /// A copy of the hyper-parameters without the state (cheap to build for set_lr's check).
-  basic_sgd hyperparameters_only() const {
-    return {.lr = lr,
-            .momentum = momentum,
-            .nesterov = nesterov,
-            .weight_decay = weight_decay,
-            .dampening = dampening};
-  }
-
   void check_hyperparameters(const char* who) const {
     const auto bad = [who](const std::string& what) {
       throw value_error(std::string(who) + ": " + what);
