@@ -24,6 +24,7 @@
 /// gzip stream; the message gives the declared dimensions and the bytes present), bytes after
 /// the data the header announces, and for load_mnist_like images and labels that disagree.
 
+#include <tessera/config/checked.hpp>
 #include <tessera/config/error.hpp>
 
 #include <zlib.h>
@@ -215,7 +216,7 @@ idx_array parse_idx(Source& src) {
   if (rank < 1 || rank > 4)
     throw value_error(who + " has rank " + std::to_string(rank) + "; 1 to 4 are supported");
   idx_array a;
-  std::uint64_t total = 1;
+  std::int64_t count = 1;
   bool overflow = false;
   for (int i = 0; i < rank; ++i) {
     unsigned char b[4];
@@ -223,7 +224,7 @@ idx_array parse_idx(Source& src) {
     const std::uint32_t d = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
                             (std::uint32_t{b[2]} << 8) | std::uint32_t{b[3]};
     a.dims.push_back(d);
-    overflow = overflow || __builtin_mul_overflow(total, std::uint64_t{d}, &total);
+    overflow = overflow || !tessera::detail::checked_mul(count, std::int64_t{d}, count);
   }
   const std::uint64_t header = 4 + 4 * static_cast<std::uint64_t>(rank);
   for (int i = 0; i < rank; ++i)
@@ -231,10 +232,10 @@ idx_array parse_idx(Source& src) {
       throw value_error(who + " declares dims " + detail::idx_dims_text(a.dims) + ": dimension " +
                         std::to_string(i) + " is 0 (an empty array)");
   // The product must fit a size_t, an int64 element count, and the header + data length.
-  constexpr std::uint64_t limit = static_cast<std::uint64_t>(INT64_MAX) - 64;
-  if (overflow || total > limit || total > SIZE_MAX)
+  if (overflow || count > INT64_MAX - 64 || static_cast<std::uint64_t>(count) > SIZE_MAX)
     throw value_error(who + " declares dims " + detail::idx_dims_text(a.dims) +
                       " whose product overflows (more than 2^63 elements)");
+  const auto total = static_cast<std::uint64_t>(count);
   const auto too_short = [&](std::uint64_t present) {
     return value_error(who + " is truncated: its header declares dims " +
                        detail::idx_dims_text(a.dims) + " = " + std::to_string(total) +
