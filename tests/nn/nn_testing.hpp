@@ -17,6 +17,8 @@
 //    every changed output, times |r| <= 1, and the difference is divided by 2h:
 //      noise = 2 * changed * k * u * A / (2h).
 // tol_rel = 1e-4 covers the fp32 rounding of g itself (a sum of at most a few hundred terms).
+#include "support/exec_spaces.hpp"
+
 #include <tessera/nn.hpp>
 
 #include <catch2/catch.hpp>

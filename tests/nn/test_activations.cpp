@@ -12,12 +12,6 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-// A new space object each time: one made at file scope would be constructed before
-// Kokkos::initialize (undefined; Kokkos 4 aborts).
-Kokkos::DefaultExecutionSpace exec_space() {
-  return {};
-}
-
 // Element-wise layers: perturbing x_i changes y_i only; its fp32 rounding (2^-24 |y_i|, |y| <= 2)
 // on L+ and L-, divided by 2h = 0.02, stays below 1e-5.
 constexpr double elementwise_noise = 1e-5;

@@ -8,12 +8,6 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-// A new space object each time: one made at file scope would be constructed before
-// Kokkos::initialize (undefined; Kokkos 4 aborts).
-Kokkos::DefaultExecutionSpace exec_space() {
-  return {};
-}
-
 template <index_t In, index_t Out>
 void linear_gradients(index_t B, std::uint64_t seed) {
   INFO("Linear<" << In << ", " << Out << ">, batch " << B << ", seed " << seed);

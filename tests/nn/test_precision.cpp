@@ -19,12 +19,6 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-// A new space object each time: one made at file scope would be constructed before
-// Kokkos::initialize (undefined; Kokkos 4 aborts).
-Kokkos::DefaultExecutionSpace exec_space() {
-  return {};
-}
-
 template <class Prec>
 struct format {
   using op = typename nn::detail::operand_precision<Prec, false>::type;

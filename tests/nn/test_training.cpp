@@ -18,12 +18,6 @@ using namespace tessera::testing; // NOLINT
 
 namespace {
 
-// A new space object each time: one made at file scope would be constructed before
-// Kokkos::initialize (undefined; Kokkos 4 aborts).
-Kokkos::DefaultExecutionSpace exec_space() {
-  return {};
-}
-
 template <class P>
 using SmallCNN =
     nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 8, 5, nn::conv_options{.stride = 2}, P>,

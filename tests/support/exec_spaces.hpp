@@ -20,4 +20,10 @@ using default_memory_exec_spaces =
 using threaded_host_space =
     std::tuple_element_t<std::tuple_size_v<host_execution_spaces> - 1, host_execution_spaces>;
 
+/// The default execution space, a new object each call: a space object made at file scope would
+/// be constructed before Kokkos::initialize (undefined; Kokkos 4 aborts).
+inline Kokkos::DefaultExecutionSpace exec_space() {
+  return {};
+}
+
 } // namespace tessera::testing

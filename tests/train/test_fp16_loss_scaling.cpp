@@ -12,6 +12,8 @@
 //  - overflow: a scale of 2^30 makes dL/dlogits overflow fp16's 65504 to inf (fp16 rounds to
 //    inf, it does not saturate), the non-finite gradient is caught, the step skipped (weights
 //    bit-identical) and the dynamic scaler backs off until a step goes through.
+#include "support/exec_spaces.hpp"
+
 #include <tessera/nn.hpp>
 #include <tessera/train/loss_scaler.hpp>
 #include <tessera/train/sgd.hpp>
@@ -29,11 +31,11 @@ using namespace tessera; // NOLINT: test file
 
 namespace {
 
-const Kokkos::DefaultExecutionSpace exec;
 constexpr index_t batch = 8192; // 2^13
 
 template <class P>
 struct two_layer {
+  Kokkos::DefaultExecutionSpace exec = testing::exec_space();
   nn::Linear<8, 16, P> l1{1};
   nn::Linear<16, 4, P> l2{2};
   nn::SoftmaxCrossEntropy ce;
@@ -78,6 +80,14 @@ std::vector<float> values(const nn::parameter<extents<16, 8>>& p, bool grad) {
   return std::vector<float>(d, d + p.value.size());
 }
 
+/// Elements of t that are not +-0.
+template <class T>
+index_t count_nonzero(const T& t) {
+  index_t n = 0;
+  for (index_t i = 0; i < t.size(); ++i) n += (t.data()[i].bits & 0x7fff) ? 1 : 0;
+  return n;
+}
+
 double relative_error(const std::vector<float>& a, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -93,6 +103,7 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& ref
 TEST_CASE("fp16: without loss scaling the hidden gradient underflows to zero, with it it "
           "matches fp32",
           "[train][fp16][loss_scaling]") {
+  const auto exec = testing::exec_space();
   const data d;
   two_layer<fp32> ref;
   two_layer<fp16> m;
@@ -104,10 +115,7 @@ TEST_CASE("fp16: without loss scaling the hidden gradient underflows to zero, wi
 
   // Unscaled: dL/dh is exactly zero in fp16, and so are the first layer's gradients.
   m.step(d.x, d.y, 1.f);
-  index_t nonzero_dh = 0;
-  for (index_t i = 0; i < m.last_dh.size(); ++i)
-    nonzero_dh += m.last_dh.data()[i].bits & 0x7fff ? 1 : 0;
-  CHECK(nonzero_dh == 0);
+  CHECK(count_nonzero(m.last_dh) == 0);
   for (float g : values(m.l1.weight(), true)) CHECK(g == 0.f);
   for (index_t i = 0; i < 16; ++i) CHECK(m.l1.bias().grad.data()[i] == 0.f);
 
@@ -115,10 +123,7 @@ TEST_CASE("fp16: without loss scaling the hidden gradient underflows to zero, wi
   train::dynamic_scaler<> scaler;
   REQUIRE(scaler.scale() == 65536.f);
   m.step(d.x, d.y, scaler.scale());
-  nonzero_dh = 0;
-  for (index_t i = 0; i < m.last_dh.size(); ++i)
-    nonzero_dh += m.last_dh.data()[i].bits & 0x7fff ? 1 : 0;
-  CHECK(nonzero_dh > m.last_dh.size() * 9 / 10);
+  CHECK(count_nonzero(m.last_dh) > m.last_dh.size() * 9 / 10);
   CHECK(scaler.unscale_and_check(exec, m.l1.parameters()));
   const double err = relative_error(values(m.l1.weight(), true), g32);
   INFO("relative error of the fp16 first-layer weight gradient against fp32: " << err);
@@ -127,6 +132,7 @@ TEST_CASE("fp16: without loss scaling the hidden gradient underflows to zero, wi
 
 TEST_CASE("fp16: training the first layer lowers the loss only with loss scaling",
           "[train][fp16][loss_scaling]") {
+  const auto exec = testing::exec_space();
   const data d;
   // lr: the first layer's gradients are about 2^-13 and the loss' curvature along them is of
   // the order of |W2|^2 <= 2^-28, so even lr 1e5 (weights move by about 10 per step, the logits
@@ -156,6 +162,7 @@ TEST_CASE("fp16: training the first layer lowers the loss only with loss scaling
 
 TEST_CASE("fp16: a loss scale that overflows 65504 is detected, skipped and backed off",
           "[train][fp16][loss_scaling]") {
+  const auto exec = testing::exec_space();
   const data d;
   two_layer<fp16> m;
   train::sgd opt{.lr = 1e4f, .momentum = 0.f};
