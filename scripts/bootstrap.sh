@@ -30,6 +30,22 @@ mkdir -p "$cache"
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 
+# build_kokkos <source> <build dir> <install prefix> <log name> [cmake options...]: a Release,
+# C++17, shared-library Kokkos without its tests, installed into the prefix; the build folder is
+# removed afterwards, the logs stay in the cache as <log name>-configure.log / -build.log.
+build_kokkos() {
+  local src=$1 build=$2 prefix=$3 name=$4
+  shift 4
+  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17 \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON -DKokkos_ENABLE_TESTS=OFF \
+    -DCMAKE_POSITION_INDEPENDENT_CODE=ON "$@" >"$cache/$name-configure.log" 2>&1 ||
+    { cat "$cache/$name-configure.log" >&2; exit 1; }
+  cmake --build "$build" -j "${TESSERA_JOBS:-$(nproc)}" >"$cache/$name-build.log" 2>&1 ||
+    { tail -n 50 "$cache/$name-build.log" >&2; exit 1; }
+  cmake --install "$build" >/dev/null
+  rm -rf "$build"
+}
+
 # Writes into $1/sources.list and $1/sources.list.d/ a deb-src entry for every deb entry of this
 # machine's release suite (VERSION_CODENAME), from its own sources (one-line *.list files and
 # deb822 *.sources files), so that the source package comes from the mirror or proxy the
@@ -149,16 +165,8 @@ if [[ $variant == kokkos-4.6-* ]]; then
       kokkos-4.6-hip) opts+=(-DCMAKE_CXX_COMPILER=hipcc -DKokkos_ENABLE_HIP=ON
                              -DKokkos_ARCH_AMD_GFX90A=ON -DKokkos_ENABLE_ROCTHRUST=OFF) ;;
     esac
-    build=$cache/$variant-build
     log "building Kokkos 4.6.01 ($variant) into $prefix"
-    cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17 \
-      -DCMAKE_INSTALL_PREFIX="$prefix" -DBUILD_SHARED_LIBS=ON -DKokkos_ENABLE_TESTS=OFF \
-      -DCMAKE_POSITION_INDEPENDENT_CODE=ON "${opts[@]}" >"$cache/$variant-configure.log" 2>&1 ||
-      { cat "$cache/$variant-configure.log" >&2; exit 1; }
-    cmake --build "$build" -j "${TESSERA_JOBS:-$(nproc)}" >"$cache/$variant-build.log" 2>&1 ||
-      { tail -n 50 "$cache/$variant-build.log" >&2; exit 1; }
-    cmake --install "$build" >/dev/null
-    rm -rf "$build"
+    build_kokkos "$src" "$cache/$variant-build" "$prefix" "$variant" "${opts[@]}"
   fi
   echo "$prefix"
   exit 0
@@ -195,14 +203,7 @@ CONF
     rm -rf "${work:?}/$top" "$dl"
   fi
   log "building Kokkos with OpenMP and Serial into $kokkos_prefix"
-  cmake -S "$work/kokkos" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CXX_STANDARD=17 -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" \
-    -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON -DBUILD_SHARED_LIBS=ON \
-    -DKokkos_ENABLE_TESTS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON >"$cache/kokkos-configure.log" 2>&1 ||
-    { cat "$cache/kokkos-configure.log" >&2; exit 1; }
-  cmake --build "$work/build" -j "$(nproc)" >"$cache/kokkos-build.log" 2>&1 ||
-    { tail -n 50 "$cache/kokkos-build.log" >&2; exit 1; }
-  cmake --install "$work/build" >/dev/null
-  rm -rf "$work/build"
+  build_kokkos "$work/kokkos" "$work/build" "$kokkos_prefix" kokkos \
+    -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON
 fi
 echo "$kokkos_prefix"

@@ -76,6 +76,23 @@ run_programs() {
   return $rc
 }
 
+# build_and_test <dir> [extra quick targets...]: quick builds the representative programs (and
+# the extra targets) and runs the programs; full builds everything and runs CTest.
+build_and_test() {
+  local dir=$1
+  shift
+  if [[ $mode == quick ]]; then
+    build "$dir" "$@" "${representative[@]}" && run_programs "$dir" "${representative[@]}"
+  else
+    local rc=0
+    build "$dir" || rc=1
+    (cd "$dir" && OMP_PROC_BIND=false ctest -j "$jobs" --output-on-failure \
+      >"$dir.ctest.log" 2>&1) || rc=1
+    grep -E 'tests passed|tests failed' "$dir.ctest.log" >&2
+    return $rc
+  fi
+}
+
 run_part() {
   local part=$1 dir kokkos rc=0
   dir=$out/$part
@@ -85,28 +102,13 @@ run_part() {
       [[ $part == threads ]] && variant=kokkos-4.6-threads
       kokkos=$("$root/scripts/bootstrap.sh" "$variant" | tail -n 1) || return 1
       configure "$dir" "$kokkos" || return 1
-      if [[ $mode == quick ]]; then
-        build "$dir" "${representative[@]}" && run_programs "$dir" "${representative[@]}" || rc=1
-      else
-        build "$dir" || rc=1
-        (cd "$dir" && OMP_PROC_BIND=false ctest -j "$jobs" --output-on-failure \
-          >"$dir.ctest.log" 2>&1) || rc=1
-        grep -E 'tests passed|tests failed' "$dir.ctest.log" >&2
-      fi
+      build_and_test "$dir" || rc=1
       ;;
     clang)
       kokkos=$("$root/scripts/bootstrap.sh" | tail -n 1) || return 1
       CXX=clang++-14 configure "$dir" "$kokkos" -DCMAKE_CXX_COMPILER=clang++-14 \
         -DCMAKE_CXX_FLAGS=-Werror || return 1
-      if [[ $mode == quick ]]; then
-        build "$dir" "${examples[@]}" "${representative[@]}" &&
-          run_programs "$dir" "${representative[@]}" || rc=1
-      else
-        build "$dir" || rc=1
-        (cd "$dir" && OMP_PROC_BIND=false ctest -j "$jobs" --output-on-failure \
-          >"$dir.ctest.log" 2>&1) || rc=1
-        grep -E 'tests passed|tests failed' "$dir.ctest.log" >&2
-      fi
+      build_and_test "$dir" "${examples[@]}" || rc=1
       ;;
     hip)
       kokkos=$("$root/scripts/bootstrap.sh" kokkos-4.6-hip | tail -n 1) || return 1
