@@ -116,6 +116,32 @@ TEMPLATE_LIST_TEST_CASE("gemm accepts disjoint strided parts of one allocation a
   CHECK(unchanged(y, y0));
 }
 
+TEMPLATE_LIST_TEST_CASE("gemm takes a C whose rows interleave without sharing an element",
+                        "[gemm][safety]", main_configs) {
+  // C (m, 3) with strides (5, 2): row i holds elements 5i, 5i + 2, 5i + 4, so rows interleave
+  // (row 0 ends at 4, row 1 starts at 5) and every element has its own address. The strides are
+  // not those of a packed matrix (5 < 3 * 2), which the check accepts because it is exact.
+  const index_t m = 9, k = 11, n = 3;
+  std::vector<float> buf(static_cast<std::size_t>(5 * m + 3), -7.f);
+  const strided_matrix_view<fp32> c(buf.data(), dextents<2>(m, n), {5, 2});
+  const auto a = make_matrix<fp32>(m, k, {}, seed + 11);
+  const auto b = make_matrix<bf16>(k, n, {}, seed + 12);
+  REQUIRE_NOTHROW(TestType::run(a.view, b.view, c));
+  CHECK(check_against_reference<fp32>(TestType::name() + " interleaved C", to_dmatrix(c),
+                                      reference_gemm(a.values, b.values), k) == 0);
+  // The elements between C's (offsets 1, 3 mod 5) are not C's: untouched.
+  for (std::size_t s = 0; s < buf.size(); ++s) {
+    const auto r = s % 5;
+    if (r == 1 || r == 3 || s >= static_cast<std::size_t>(5 * m)) REQUIRE(buf[s] == -7.f);
+  }
+  // Strides (2, 1) with 3 columns make rows share elements: refused, C untouched.
+  std::vector<float> buf2(static_cast<std::size_t>(2 * m + 3), -7.f);
+  const strided_matrix_view<fp32> c_bad(buf2.data(), dextents<2>(m, n), {2, 1});
+  CHECK_THAT(message_of<shape_error>([&] { TestType::run(a.view, b.view, c_bad); }),
+             Contains("own address"));
+  for (const float v : buf2) REQUIRE(v == -7.f);
+}
+
 TEMPLATE_LIST_TEST_CASE("gemm_batched: disjoint interleaved batches are legal, overlapping ones "
                         "and epilogue operands in C refused",
                         "[gemm][safety]", main_configs) {
