@@ -28,7 +28,7 @@
 /// transposes of run_weight use AVX-512 when compiled for it, else scalar loops.
 
 #include <tessera/conv/im2col.hpp>
-#include <tessera/gemm/detail/host.hpp>
+#include <tessera/gemm/detail/fma.hpp>
 #include <tessera/tensor.hpp>
 
 #include <algorithm>
