@@ -11,9 +11,13 @@
 ///
 /// Compiled only when the translation unit targets AMX (__AMX_TILE__ and __AMX_BF16__, e.g.
 /// -march=native on a Sapphire Rapids or later Xeon); used only when cpu::amx_bf16_usable()
-/// (CPU, OS and the Linux permission request) says so at run time.
+/// (CPU, OS and the Linux permission request) says so at run time. Tests also compile it with
+/// TESSERA_GEMM_AMX_EMULATE on any AVX-512 machine: the tile instructions then come from the
+/// software model of gemm/detail/amx_emulation.hpp (test_gemm_amx_emulated), so the packing,
+/// tile configuration and indexing below run against the reference without AMX hardware.
 
 #include <tessera/config/cpu.hpp>
+#include <tessera/gemm/detail/blocking.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 #include <tessera/precision/vector_convert.hpp>
 
@@ -22,13 +26,35 @@
 #include <cstring>
 #include <type_traits>
 
-#if !TESSERA_DEVICE_PASS && (defined(__AVX512VBMI__) || defined(__AMX_TILE__))
+#if !TESSERA_DEVICE_PASS &&                                                                        \
+    (defined(__AVX512VBMI__) || defined(__AMX_TILE__) || defined(TESSERA_GEMM_AMX_EMULATE))
 #include <immintrin.h>
 #endif
+// The tile instructions: the real ones where the translation unit targets AMX, else (tests
+// only, TESSERA_GEMM_AMX_EMULATE on an AVX-512 target, which packing needs) the software model
+// of gemm/detail/amx_emulation.hpp, so that the kernel's code is the same in both.
 #if !TESSERA_DEVICE_PASS && defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define TESSERA_GEMM_AMX 1
+#define TESSERA_GEMM_AMX_EMULATED 0
+#define TESSERA_AMX_LOADCONFIG(cfg) _tile_loadconfig(cfg)
+#define TESSERA_AMX_RELEASE() _tile_release()
+#define TESSERA_AMX_ZERO(t) _tile_zero(t)
+#define TESSERA_AMX_LOADD(t, p, s) _tile_loadd(t, p, s)
+#define TESSERA_AMX_STORED(t, p, s) _tile_stored(t, p, s)
+#define TESSERA_AMX_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
+#elif !TESSERA_DEVICE_PASS && defined(TESSERA_GEMM_AMX_EMULATE) && defined(__AVX512BW__)
+#include <tessera/gemm/detail/amx_emulation.hpp>
+#define TESSERA_GEMM_AMX 1
+#define TESSERA_GEMM_AMX_EMULATED 1
+#define TESSERA_AMX_LOADCONFIG(cfg) amx_emulation::loadconfig(cfg)
+#define TESSERA_AMX_RELEASE() amx_emulation::release()
+#define TESSERA_AMX_ZERO(t) amx_emulation::zero(t)
+#define TESSERA_AMX_LOADD(t, p, s) amx_emulation::loadd(t, p, s)
+#define TESSERA_AMX_STORED(t, p, s) amx_emulation::stored(t, p, s)
+#define TESSERA_AMX_DPBF16PS(c, a, b) amx_emulation::dpbf16ps(c, a, b)
 #else
 #define TESSERA_GEMM_AMX 0
+#define TESSERA_GEMM_AMX_EMULATED 0
 #endif
 
 namespace tessera::detail::hostgemm {
@@ -133,18 +159,27 @@ inline void load_bf16(const S* src, std::uint16_t* dst, index_t n) noexcept {
 template <class P>
 inline constexpr bool amx_input_v = precision_traits<P>::exact_in_bf16;
 
+/// The AMX kernel's shape for the blocking rule (amx_kernel below; here also where the kernel is
+/// not compiled, so that the choice can be tested on any machine): 32-row tiles, KC 512 in
+/// steps of 32, at most 16 panels, 4 per MiB of L2, bf16.
+inline constexpr kernel_shape amx_shape{32, 512, 32, 16, 4, 2};
+
 #if TESSERA_GEMM_AMX
 
 struct amx_kernel {
+  static constexpr const char* name = "amx";
   static constexpr index_t MR = 32, NR = 32;
+  // The blocking is chosen at run time by gemm/detail/blocking.hpp; KC and MC here are the
+  // largest it may choose and `shape` its anchors (designed for Sapphire Rapids, not measured).
   /// KC: a B micro-panel (KC x NR bf16 = 512 * 32 * 2 = 32 KiB) stays in the 48 KiB L1d.
   static constexpr index_t KC = 512;
-  /// MC: the packed A block (MC x KC bf16 = 256 * 512 * 2 = 256 KiB) stays in the 2 MiB L2.
-  static constexpr index_t MC = 256;
+  /// MC: 4 micro-panels per MiB of L2 (at most 16): on Sapphire Rapids' 2 MiB L2 the packed A
+  /// block (MC x KC bf16 = 256 * 512 * 2 = 256 KiB) stays in L2.
+  static constexpr index_t MC = MR * 16;
+  static constexpr kernel_shape shape = amx_shape;
   /// NC: the C block (MC x NC fp32 = 256 * 1024 * 4 = 1 MiB) stays in L2 across the KC slices;
-  /// the packed B block (K x NC bf16) is kept under 8 MiB (L3).
+  /// the packed B block (K x NC bf16) is kept under blocking::b_bytes (L3).
   static constexpr index_t NC_max = 1024;
-  static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = std::uint16_t;
   /// K is padded with zeros to whole 32-element tile steps.
   static constexpr index_t k_align = 32;
@@ -244,32 +279,32 @@ struct amx_kernel {
   };
   static void begin() {
     static const tile_config cfg{};
-    _tile_loadconfig(&cfg);
+    TESSERA_AMX_LOADCONFIG(&cfg);
   }
-  static void end() { _tile_release(); }
+  static void end() { TESSERA_AMX_RELEASE(); }
 
   /// t (32 x 32 fp32, row-major) = a_panel * b_panel over kcp (a multiple of 32).
   static void micro(index_t kcp, const std::uint16_t* a, const std::uint16_t* b, float* t) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    TESSERA_AMX_ZERO(0);
+    TESSERA_AMX_ZERO(1);
+    TESSERA_AMX_ZERO(2);
+    TESSERA_AMX_ZERO(3);
     for (index_t kk = 0; kk < kcp; kk += 32) {
       const std::uint16_t* ak = a + kk * 32;
       const std::uint16_t* bk = b + kk * 32;
-      _tile_loadd(4, ak, 64);
-      _tile_loadd(6, bk, 64);
-      _tile_loadd(7, bk + 512, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_loadd(5, ak + 512, 64);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+      TESSERA_AMX_LOADD(4, ak, 64);
+      TESSERA_AMX_LOADD(6, bk, 64);
+      TESSERA_AMX_LOADD(7, bk + 512, 64);
+      TESSERA_AMX_DPBF16PS(0, 4, 6);
+      TESSERA_AMX_DPBF16PS(1, 4, 7);
+      TESSERA_AMX_LOADD(5, ak + 512, 64);
+      TESSERA_AMX_DPBF16PS(2, 5, 6);
+      TESSERA_AMX_DPBF16PS(3, 5, 7);
     }
-    _tile_stored(0, t, 128);
-    _tile_stored(1, t + 16, 128);
-    _tile_stored(2, t + 16 * 32, 128);
-    _tile_stored(3, t + 16 * 32 + 16, 128);
+    TESSERA_AMX_STORED(0, t, 128);
+    TESSERA_AMX_STORED(1, t + 16, 128);
+    TESSERA_AMX_STORED(2, t + 16 * 32, 128);
+    TESSERA_AMX_STORED(3, t + 16 * 32 + 16, 128);
   }
 };
 

@@ -26,6 +26,7 @@
 
 #include <tessera/config/cpu.hpp>
 #include <tessera/gemm/detail/amx.hpp>
+#include <tessera/gemm/detail/blocking.hpp>
 #include <tessera/gemm/detail/host_pack.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 
@@ -46,19 +47,23 @@ namespace tessera::detail::hostgemm {
 #if TESSERA_GEMM_AVX512BF16
 
 struct dpbf16_kernel {
+  static constexpr const char* name = "avx512bf16";
   static constexpr index_t NV = 2;
   static constexpr index_t MR = 14, NR = 16 * NV;
-  /// KC: 1024, for the reasons of the fp32 kernel's 512 (host.hpp): the B micro-panel (KC x NR
+  // The blocking is chosen at run time by gemm/detail/blocking.hpp; KC and MC here are the
+  // largest it may choose and `shape` its anchors (measured on Zen 5).
+  /// KC: 1024, for the reasons of the fp32 kernel's 512 (fma.hpp): the B micro-panel (KC x NR
   /// bf16 = 64 KiB) and the A micro-panels stream from L2, C tiles are updated once per 1024
   /// of K. Measured (1 thread, Zen 5): KC 1024 beat 512 and 768 by 3 to 6% at sizes >= 512.
   static constexpr index_t KC = 1024;
-  /// MC: the packed A block (MC x KC bf16 = 112 * 1024 * 2 = 224 KiB) stays in the 1 MiB L2
-  /// (112 and 168 measured alike, 336 2% slower).
-  static constexpr index_t MC = MR * 8;
+  /// MC: 8 micro-panels per MiB of L2 (at most 16). On Zen 5's 1 MiB L2 the packed A block
+  /// (MC x KC bf16 = 112 * 1024 * 2 = 224 KiB) stays in L2 (112 and 168 measured alike, 336
+  /// 2% slower).
+  static constexpr index_t MC = MR * 16;
+  static constexpr kernel_shape shape{MR, KC, 2, MC / MR, 8, 2};
   /// NC: as the fp32 kernel: at most 1024 columns, the packed B block (K x NC bf16) under
-  /// 8 MiB.
+  /// blocking::b_bytes.
   static constexpr index_t NC_max = 1024;
-  static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = std::uint16_t;
   /// K is padded with a zero to whole bf16 pairs.
   static constexpr index_t k_align = 2;

@@ -7,6 +7,7 @@
 /// own packed panels and includes only this file.
 
 #include <tessera/config/macros.hpp>
+#include <tessera/gemm/detail/blocking.hpp>
 #include <tessera/gemm/detail/host_pack.hpp>
 #include <tessera/gemm/detail/problem.hpp>
 #include <tessera/precision/vector_convert.hpp>
@@ -89,22 +90,27 @@ struct fma_kernel {
   /// 12 + 2 + 1. Per k: 28 FMAs for 2 vector loads and 14 broadcasts (loads), so the 2 FMA
   /// pipes, not the load ports, set the pace (the kernel alone, its data in L1/L2, runs at 98%
   /// of the measured FMA peak on the Zen 5 this was tuned on).
+  static constexpr const char* name = "fma";
   static constexpr index_t NV = 2;
   static constexpr index_t NR = NV * L;
   static constexpr index_t MR = L >= 16 ? 14 : 6;
+  // The blocking (KC, MC, NC) is chosen at run time from the CPU model by
+  // gemm/detail/blocking.hpp; KC and MC here are the largest it may choose (the buffers below
+  // are sized by them) and `shape` its anchors, measured on the Zen 5 this kernel was tuned on.
   /// KC: 512. A B micro-panel (KC x NR floats = 64 KiB) does not stay in the 48 KiB L1d; it and
   /// the A micro-panels stream from L2 (2 vectors + 14 floats per 14 cycles, a small share of
   /// what L2 delivers), and the C tiles are read and written half as often as with KC = 256,
   /// which kept the B micro-panel in L1. Measured (1 thread, Zen 5): KC 512 beat 256 and 384
   /// by 2 to 5% for sizes >= 1024, equal below.
   static constexpr index_t KC = 512;
-  /// MC: the packed A block (MC x KC floats = 168 * 512 * 4 = 336 KiB) stays in the 1 MiB L2,
-  /// with room for the B micro-panel and C rows in flight.
-  static constexpr index_t MC = MR * 12;
-  /// NC: at most 1024 columns per packed B block, and the block (K x NC) under 8 MiB (in L3;
-  /// B of 64 x 4096 x 4096 gives NC = 512).
+  /// MC: 12 micro-panels per MiB of L2 (at most 24). On Zen 5's 1 MiB L2 the packed A block
+  /// (MC x KC floats = 168 * 512 * 4 = 336 KiB) stays in L2, with room for the B micro-panel
+  /// and C rows in flight.
+  static constexpr index_t MC = MR * 24;
+  static constexpr kernel_shape shape{MR, KC, 1, MC / MR, 12, 4};
+  /// NC: at most 1024 columns per packed B block (blocking::nc_max), and the block (K x NC)
+  /// under blocking::b_bytes (8 MiB, in L3; B of 64 x 4096 x 4096 gives NC = 512).
   static constexpr index_t NC_max = 1024;
-  static constexpr std::size_t b_bytes = std::size_t(8) << 20;
   using packed_t = float;
   static constexpr index_t k_align = 1;
   /// fp32 B with contiguous rows is read in place, unpacked, when the part of it a thread uses

@@ -27,8 +27,11 @@
 /// element is reduced over K in the same order for a given thread count (deterministic).
 
 #include <tessera/config/cpu.hpp>
+#include <tessera/config/cpu_model.hpp>
+#include <tessera/config/error.hpp>
 #include <tessera/gemm/detail/amx.hpp>
 #include <tessera/gemm/detail/avx512bf16.hpp>
+#include <tessera/gemm/detail/blocking.hpp>
 #include <tessera/gemm/detail/fma.hpp>
 #include <tessera/gemm/detail/host_pack.hpp>
 #include <tessera/gemm/detail/problem.hpp>
@@ -39,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <type_traits>
 
 namespace tessera::detail {
@@ -202,9 +206,11 @@ inline float combine(const Prob& pr, const float* t, index_t i0, index_t j0, ind
 }
 
 /// The blocked loops of the file comment over one part of C, with kernel Kern.
+/// The blocking bk (gemm/detail/blocking.hpp) must fit the kernel's buffers: see check_blocking.
 template <class Kern, class Prob>
-float run_part(const Prob& pr, const part& pt) {
-  constexpr index_t MR = Kern::MR, NR = Kern::NR, KC = Kern::KC, MC = Kern::MC;
+float run_part(const Prob& pr, const part& pt, const blocking& bk) {
+  constexpr index_t MR = Kern::MR, NR = Kern::NR;
+  const index_t KC = bk.kc, MC = bk.mc;
   using T = typename Kern::packed_t;
   if (pt.m <= 0 || pt.n <= 0) return 0.f;
   const index_t k = pr.k;
@@ -214,8 +220,8 @@ float run_part(const Prob& pr, const part& pt) {
   const index_t kpad = round_up(std::max<index_t>(k, 1), Kern::k_align);
   // NC: the packed B block (K x NC) stays under b_bytes, and the C block (MC x NC fp32) under
   // NC_max columns (see the kernels).
-  index_t nc_cap = static_cast<index_t>(Kern::b_bytes / sizeof(T)) / kpad / NR * NR;
-  nc_cap = std::clamp<index_t>(nc_cap, NR, Kern::NC_max);
+  index_t nc_cap = static_cast<index_t>(bk.b_bytes / sizeof(T)) / kpad / NR * NR;
+  nc_cap = std::clamp<index_t>(nc_cap, NR, bk.nc_max);
   nc_cap = std::min(nc_cap, round_up(pt.n, NR));
   const index_t mc_cap = std::min(MC, round_up(pt.m, MR));
   const index_t kc_cap = std::min(KC, kpad);
@@ -248,13 +254,17 @@ float run_part(const Prob& pr, const part& pt) {
     else
       return false;
   }();
-  // (generic, so that kernels without micro_c, which never reach a call, compile)
-  const auto micro_c = [](index_t kcp, const auto* a, const T* b, [[maybe_unused]] index_t ldb,
-                          float* d, index_t ldd, const float* ab) {
+  // (the kernel's type a parameter of the lambda, so that kernels without micro_c, which never
+  // reach a call, compile: Kern::micro_c written here would be looked up when run_part is
+  // instantiated; the AMX kernel, the only one without it, did not compile before it was first
+  // built, under emulation)
+  const auto micro_c = []<class K>(K, index_t kcp, const auto* a, const T* b,
+                                   [[maybe_unused]] index_t ldb, float* d, index_t ldd,
+                                   const float* ab) {
     if constexpr (reads_b)
-      Kern::micro_c(kcp, a, b, d, ldd, ab, ldb);
+      K::micro_c(kcp, a, b, d, ldd, ab, ldb);
     else
-      Kern::micro_c(kcp, a, b, d, ldd, ab);
+      K::micro_c(kcp, a, b, d, ldd, ab);
   };
   Kern::begin();
   for (index_t jc = 0; jc < pt.n; jc += nc_cap) {
@@ -292,13 +302,13 @@ float run_part(const Prob& pr, const part& pt) {
               if (mr == MR && nr == NR) {
                 if (direct && (!last || no_ops)) {
                   const float ab[2] = {pr.alpha, first ? pr.beta : 1.f};
-                  micro_c(kcp, pa + ir * kcp, bp, ldb,
+                  micro_c(Kern{}, kcp, pa + ir * kcp, bp, ldb,
                           cdata + (pt.i0 + ic + ir) * ldc + pt.j0 + jc + jr, ldc, ab);
                   continue;
                 }
                 if (w && !last) {
                   const float ab[2] = {1.f, first ? 0.f : 1.f};
-                  micro_c(kcp, pa + ir * kcp, bp, ldb, w, ldw, ab);
+                  micro_c(Kern{}, kcp, pa + ir * kcp, bp, ldb, w, ldw, ab);
                   continue;
                 }
               }
@@ -321,24 +331,54 @@ float run_part(const Prob& pr, const part& pt) {
   return mx;
 }
 
-/// Runs kernel Kern over the parts of C, one per thread of exec.
+/// Throws unless bk fits kernel Kern: KC a multiple of k_align up to Kern::KC, MC a multiple of
+/// MR up to Kern::MC, NC up to Kern::NC_max (its buffers are sized by those).
+template <class Kern>
+void check_blocking(const blocking& bk) {
+  if (bk.kc < Kern::k_align || bk.kc > Kern::KC || bk.kc % Kern::k_align != 0 || bk.mc < Kern::MR ||
+      bk.mc > Kern::MC || bk.mc % Kern::MR != 0 || bk.nc_max < Kern::NR ||
+      bk.nc_max > Kern::NC_max || bk.b_bytes == 0)
+    throw value_error("tessera::gemm (host_packed): blocking KC " + std::to_string(bk.kc) +
+                      ", MC " + std::to_string(bk.mc) + ", NC " + std::to_string(bk.nc_max) +
+                      " does not fit the micro-kernel (KC <= " + std::to_string(Kern::KC) +
+                      " in steps of " + std::to_string(Kern::k_align) +
+                      ", MC <= " + std::to_string(Kern::MC) + " in steps of " +
+                      std::to_string(Kern::MR) + ", NC <= " + std::to_string(Kern::NC_max) + ")");
+}
+
+/// The blocking of kernel Kern for this CPU (gemm/detail/blocking.hpp), chosen once.
+template <class Kern>
+const blocking& host_blocking() {
+  static const blocking bk = choose_blocking(Kern::shape, cpu::host_model());
+  return bk;
+}
+
+/// Runs kernel Kern over the parts of C, one per thread of exec, with blocking bk (tests pass
+/// each configuration; gemm passes host_blocking<Kern>()).
 template <class Kern, class Exec, class Prob>
-float run_parallel(const Exec& exec, const Prob& pr) {
+float run_parallel(const Exec& exec, const Prob& pr, const blocking& bk) {
+  check_blocking<Kern>(bk);
   const int parts = static_cast<int>(std::max<index_t>(
       1, std::min<index_t>(exec.concurrency(),
                            (pr.m + Kern::MR - 1) / Kern::MR * ((pr.n + Kern::NR - 1) / Kern::NR))));
-  if (parts == 1) return run_part<Kern>(pr, part{0, pr.m, 0, pr.n});
+  if (parts == 1) return run_part<Kern>(pr, part{0, pr.m, 0, pr.n}, bk);
   float amax = 0.f;
   Kokkos::parallel_reduce(
       "tessera::gemm[host_packed]",
       Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts),
       [&](const int id, float& mx) {
-        const float m = run_part<Kern>(pr, split(pr.m, pr.n, parts, id, Kern::MR, Kern::NR));
+        const float m = run_part<Kern>(pr, split(pr.m, pr.n, parts, id, Kern::MR, Kern::NR), bk);
         mx = m > mx ? m : mx;
       },
       Kokkos::Max<float>(amax));
   exec.fence();
   return amax;
+}
+
+/// run_parallel with the blocking the CPU model picks for Kern.
+template <class Kern, class Exec, class Prob>
+float run_parallel(const Exec& exec, const Prob& pr) {
+  return run_parallel<Kern>(exec, pr, host_blocking<Kern>());
 }
 
 } // namespace hostgemm
