@@ -83,7 +83,12 @@ void random_cases(std::uint64_t seed, int cases) {
 #if TESSERA_GEMM_AMX
 // Real AMX where the build targets it; else (test_gemm_amx_emulated, TESSERA_GEMM_AMX_EMULATE)
 // the same kernel code on the software tiles of gemm/detail/amx_emulation.hpp.
-TEST_CASE("host_packed AMX kernel: every blocking the model may choose", "[gemm][bf16][amx]") {
+#if defined(TESSERA_GEMM_AMX_EMULATE)
+#define TESSERA_TEST_AMX_NAME "host_packed AMX kernel on software tiles: every blocking"
+#else
+#define TESSERA_TEST_AMX_NAME "host_packed AMX kernel: every blocking the model may choose"
+#endif
+TEST_CASE(TESSERA_TEST_AMX_NAME, "[gemm][bf16][amx]") {
   if (!TESSERA_GEMM_AMX_EMULATED && !cpu::amx_bf16_usable()) {
     WARN("AMX compiled but not usable on this CPU / OS: kernel not run");
     return;
@@ -93,7 +98,9 @@ TEST_CASE("host_packed AMX kernel: every blocking the model may choose", "[gemm]
 }
 #endif
 
-#if !TESSERA_GEMM_AMX_EMULATED // test_gemm_amx_emulated runs only the AMX case above
+// test_gemm_amx_emulated runs only the AMX case above (on an AMX machine the real tiles; its
+// test names differ from test_gemm_blocking's, which CTest needs unique).
+#if !defined(TESSERA_GEMM_AMX_EMULATE)
 
 TEST_CASE("host_packed fp32 FMA kernel: every blocking the model may choose", "[gemm][fp32]") {
   if constexpr (hg::have_simd) {
@@ -141,4 +148,4 @@ TEST_CASE("host_packed: the compiled AVX-512 kernels have the shapes the model t
 #endif
 }
 
-#endif // !TESSERA_GEMM_AMX_EMULATED
+#endif // !TESSERA_GEMM_AMX_EMULATE
