@@ -4,10 +4,11 @@
 // parameter (plan_check.hpp). Run at 1, 2, 3, 4 and 8 ranks; at each size, every plan that fits
 // runs, and the test checks how many did (a plan skipped by mistake fails).
 //
-// The MLP (Linear 23-36, ReLU, Linear 36-20, GELU, Linear 20-10) splits its pair 36 ways by 2
-// and 4; FashionCNN's pairs (Conv2d 1-32 with Conv2d 32-64, Linear 3136-128 with Linear
-// 128-10) split the widths 32 and 128 by 4 (and 8, 16, 32; by 3 they fail to compile:
-// tests/compile_fail/parallel_tensor_indivisible*.cpp). A global batch of 24 splits into D
+// The MLP (Linear 23-36, ReLU, Linear 36-20, GELU, Linear 20-10) splits its pair's width 36 by
+// 2 and 4; FashionCNN's pairs (Conv2d 1-32 with Conv2d 32-64, Linear 3136-128 with Linear
+// 128-10) split the widths 32 and 128 by 4 (and 8, 16, 32; a degree that does not divide them,
+// such as 3, fails to compile naming the layer: tensor_split_check, as
+// tests/compile_fail/parallel_tensor_indivisible*.cpp check). A global batch of 24 splits into D
 // equal shares of M equal micro-batches for every D * M here.
 #include "plan_check.hpp"
 

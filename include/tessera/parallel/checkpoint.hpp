@@ -147,6 +147,32 @@ void on_every_rank(C& world, const std::string& who, F&& f) {
 
 } // namespace detail
 
+/// Checks before training that save_plan_checkpoint can write `dir`: it is a directory or
+/// does not exist yet, and its parent directory exists. Throws value_error naming the path
+/// and the rule otherwise. Every rank may call it (it only reads the file system).
+inline void check_plan_checkpoint_writable(const std::filesystem::path& dir) {
+  const std::string who = "tessera::parallel::check_plan_checkpoint_writable";
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec))
+      throw value_error(who + ": '" + dir.string() +
+                        "' exists and is not a directory (a plan checkpoint is a directory of "
+                        "one shard per rank and a manifest)");
+    return;
+  }
+  const auto parent = dir.has_parent_path() ? dir.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(parent, ec))
+    throw value_error(who + ": cannot create '" + dir.string() + "': its parent directory '" +
+                      parent.string() + "' does not exist");
+}
+
+/// Whether `dir` looks like a plan checkpoint (a directory holding manifest.txt).
+inline bool is_plan_checkpoint(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) &&
+         std::filesystem::is_regular_file(dir / "manifest.txt", ec);
+}
+
 /// Saves this rank's part of a parallel run into `dir` (created if needed); a collective over
 /// the plan's world. Throws value_error on every rank if any rank fails.
 template <class Stage, class Optimizer, class Scaler>
