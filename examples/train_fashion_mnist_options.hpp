@@ -121,15 +121,16 @@ inline void parse_plan(options& o) {
     const int v = digits && value.size() <= 4 ? std::stoi(value) : -1;
     if (k == 0) {
       if (v < 1 || v > max_plan_data)
-        throw usage_error(form + "data=" + value +
-                          ": the data degree must be a whole number in 1.." +
-                          std::to_string(max_plan_data) + " without leading zeros");
+        throw usage_error(form + "the data degree must be a whole number in 1.." +
+                          std::to_string(max_plan_data) +
+                          " without leading zeros (got data=" + value + ")");
       o.plan_data = v;
     } else {
       if (std::find(std::begin(plan_degrees), std::end(plan_degrees), v) == std::end(plan_degrees))
-        throw usage_error(form + key + "=" + value + ": the " + key +
-                          " degree must be 1, 2 or 4 (the compile-time plans this example "
-                          "instantiates)");
+        throw usage_error(form + "the " + key +
+                          " degree must be 1, 2 or 4, the compile-time plans this example "
+                          "instantiates (got " +
+                          key + "=" + value + ")");
       (k == 1 ? o.plan_tensor : o.plan_pipeline) = v;
     }
     at = comma + 1;
