@@ -7,17 +7,20 @@
 //   train_fashion_mnist --precision fp8 --epochs 2 --threads 2 --checkpoint ck.bin
 //   train_fashion_mnist --precision fp8 --epochs 3 --threads 2 --resume ck.bin  # epoch 3 only
 //   OMP_NUM_THREADS=1 mpiexec -n 8 train_fashion_mnist --plan data=2,tensor=2,pipeline=2
+//   OMP_NUM_THREADS=1 mpiexec -n 3 train_fashion_mnist --plan data=3
 //
-// --plan data=D,tensor=T,pipeline=P (each 1 or 2; missing ones are 1) trains with one of eight
-// compile-time tessera::parallel plans over MPI (fp32 or bf16; built only when CMake found MPI,
-// TESSERA_EXAMPLE_WITH_MPI): each of the D data replicas takes 1/D of every batch, the Linear and
-// Conv2d pairs are split T ways (Megatron column/row halves), and the layers are cut into P
-// stages (balanced by FLOPs) fed 4 micro-batches on the 1F1B schedule. The run needs exactly
-// D * T * P processes; otherwise every rank prints why and the job stops. Batches are cut to a
-// multiple of D (times 4 with a pipeline); only rank 0 prints. An error on any rank ends the
-// whole job with that rank's message; a rank that waits longer than --collective-timeout
-// SECONDS (default 300, 0: forever) in one collective or transfer names the ranks that did not
-// arrive and ends the job.
+// --plan data=D,tensor=T,pipeline=P (D any of 1..4096, T and P each 1, 2 or 4; missing ones are
+// 1) trains with tessera::parallel::plan<data<dyn>, tensor<T>, pipeline<P>> over MPI (fp32 or
+// bf16; built only when CMake found MPI, TESSERA_EXAMPLE_WITH_MPI): T and P pick one of the nine
+// compile-time plans, the data degree is taken at run time (data<dyn>). Each of the D data
+// replicas takes 1/D of every batch, the Linear and Conv2d pairs are split T ways (Megatron
+// column/row parts; FashionCNN's split widths, 32 channels and 128 features, divide by 4), and
+// the layers are cut into P stages (balanced by FLOPs) fed 4 micro-batches on the 1F1B schedule.
+// The run needs exactly D * T * P processes; otherwise every rank prints why and the job stops.
+// Batches are cut to a multiple of D (times 4 with a pipeline); only rank 0 prints. An error on any
+// rank ends the whole job with that rank's message; a rank that waits longer than
+// --collective-timeout SECONDS (default 300, 0: forever) in one collective or transfer names the
+// ranks that did not arrive and ends the job.
 //
 // Every flag's value is checked whole and range-checked (train_fashion_mnist_options.hpp); a bad
 // one prints what is wrong and the usage line and exits with code 2.
@@ -33,8 +36,19 @@
 // every epoch; that FILE can be written is checked before training starts. --resume FILE restores
 // it and continues with the next epoch up to --epochs: the result is bit-identical to the
 // uninterrupted run with the same thread count (the data order of an epoch depends only on the seed
-// and the epoch). At the end the example prints an FNV-1a hash of the master weights, so two runs
-// can be compared exactly.
+// and the epoch).
+//
+// With --plan, --checkpoint DIR saves a plan checkpoint (tessera/parallel/checkpoint.hpp: a
+// directory of one shard per rank and a manifest) after every epoch, and --resume DIR restores
+// one saved under the same plan (another plan is refused, naming both): again bit-identical to
+// the uninterrupted run. A single-process --resume DIR given a plan checkpoint merges it first
+// into DIR/merged.tsr (parallel::merge_plan_checkpoint) and continues from that, as one process. At
+// the end the example prints an FNV-1a hash of the master weights, so two runs can be compared
+// exactly, and one signature line per parameter (the sum of its weights with pseudo-random signs,
+// in units of 1e-6), so runs whose fp32 sums differ in order only (a --plan run and the single
+// process) can be compared within a bound. Under --plan the weights are first gathered whole (over
+// the tensor group, then the pipeline stages): the same hash as the single process under plan
+// data=1,tensor=1,pipeline=1.
 #include "train_fashion_mnist_options.hpp"
 
 #include <tessera/data/idx.hpp>
@@ -47,16 +61,19 @@
 #include <boost/hana/for_each.hpp>
 
 #if defined(TESSERA_EXAMPLE_WITH_MPI)
+#include <tessera/parallel/checkpoint.hpp>
 #include <tessera/parallel/mpi.hpp>
 #include <tessera/parallel/runner.hpp>
 #endif
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -155,16 +172,55 @@ double test_accuracy(Model& model, const Exec& exec, const dataset& test) {
   return 100.0 * static_cast<double>(correct) / static_cast<double>(test.n);
 }
 
-/// FNV-1a 64 over the bytes of every master weight, in parameter order.
+/// The master weights, in parameter order, as one vector; and where each parameter starts.
+struct flat_masters {
+  std::vector<std::string> names;
+  std::vector<std::size_t> offsets; // names.size() + 1 entries
+  std::vector<float> values;
+};
+
 template <class Params>
-std::uint64_t masters_hash(const Params& params) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+flat_masters layout_of(const Params& params) {
+  flat_masters f;
+  f.offsets.push_back(0);
   boost::hana::for_each(params, [&](const auto& p) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(p.value.data());
-    for (std::size_t i = 0; i < static_cast<std::size_t>(p.size()) * sizeof(float); ++i)
-      h = (h ^ bytes[i]) * 0x100000001b3ull;
+    f.names.push_back(p.name);
+    f.offsets.push_back(f.offsets.back() + static_cast<std::size_t>(p.size()));
   });
-  return h;
+  f.values.assign(f.offsets.back(), 0.f);
+  return f;
+}
+
+template <class Params>
+flat_masters flatten(const Params& params) {
+  flat_masters f = layout_of(params);
+  std::size_t k = 0;
+  boost::hana::for_each(params, [&](const auto& p) {
+    std::memcpy(f.values.data() + f.offsets[k++], p.value.data(),
+                static_cast<std::size_t>(p.size()) * sizeof(float));
+  });
+  return f;
+}
+
+/// "masters fnv1a H after epoch E" (FNV-1a 64 over the bytes of every master weight, in
+/// parameter order), then per parameter "masters signature NAME S": S = round(1e6 sum_i s_i w_i)
+/// with s_i = +1 or -1 by a hash of i (a misplaced or missing update moves it; an fp32 summation
+/// order barely does).
+void print_masters(const flat_masters& f, long epoch) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(f.values.data());
+  for (std::size_t i = 0; i < f.values.size() * sizeof(float); ++i)
+    h = (h ^ bytes[i]) * 0x100000001b3ull;
+  std::printf("masters fnv1a %016llx after epoch %ld\n", static_cast<unsigned long long>(h), epoch);
+  for (std::size_t k = 0; k < f.names.size(); ++k) {
+    double sig = 0;
+    for (std::size_t i = f.offsets[k]; i < f.offsets[k + 1]; ++i) {
+      const std::uint32_t mix = static_cast<std::uint32_t>(i - f.offsets[k]) * 2654435761u;
+      sig += (mix >> 31) != 0 ? double(f.values[i]) : -double(f.values[i]);
+    }
+    std::printf("masters signature %s %lld\n", f.names[k].c_str(), std::llround(sig * 1e6));
+  }
+  std::fflush(stdout);
 }
 
 template <class Prec>
@@ -191,7 +247,17 @@ int run(const options& o) {
   tessera::train::run_state state{
       .step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
   if (!o.resume.empty()) {
-    tessera::train::load_checkpoint(o.resume, params, opt, scaler, state, fp8_states);
+    std::string from = o.resume;
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+    if (tessera::parallel::is_plan_checkpoint(from)) { // a --plan run's: merge it first
+      const std::string merged = (std::filesystem::path(from) / "merged.tsr").string();
+      tessera::parallel::merge_plan_checkpoint(from, merged);
+      std::fprintf(stderr, "[train] merged the plan checkpoint %s into %s\n", from.c_str(),
+                   merged.c_str());
+      from = merged;
+    }
+#endif
+    tessera::train::load_checkpoint(from, params, opt, scaler, state, fp8_states);
     if (state.data_seed != o.seed)
       throw tessera::value_error("train_fashion_mnist: " + o.resume + " was trained with --seed " +
                                  std::to_string(state.data_seed) + ", not " +
@@ -248,56 +314,117 @@ int run(const options& o) {
     if (!o.checkpoint.empty())
       tessera::train::save_checkpoint(o.checkpoint, params, opt, scaler, state, fp8_states);
   }
-  std::printf("masters fnv1a %016llx after epoch %ld\n",
-              static_cast<unsigned long long>(masters_hash(params)), long(state.epoch));
+  print_masters(flatten(params), long(state.epoch));
   return 0;
 }
 
 #if defined(TESSERA_EXAMPLE_WITH_MPI)
-/// Training under plan<data<D>, tensor<T>, pipeline<P>>: see the file comment.
-template <class Prec, int D, int T, int P>
+/// The whole master weights of a plan run, on every rank: each stage's parameters gathered over
+/// its tensor group, then each stage's part broadcast over the pipeline group (a stage holds
+/// the contiguous layers [bounds[s], bounds[s + 1]), so its parameters are one contiguous range
+/// of the flat vector).
+template <class Stage>
+flat_masters gather_masters(Stage& stage, std::uint64_t seed) {
+  using bounds = typename Stage::bounds;
+  const FashionCNN<tessera::fp32> whole(seed); // the names and sizes, in parameter order
+  flat_masters f = layout_of(whole.parameters());
+  const auto mine = stage.gather_parameters();
+  const auto layer_of = [&](std::size_t k) {
+    return static_cast<std::size_t>(std::stoul(f.names[k].substr(0, f.names[k].find('.'))));
+  };
+  for (std::size_t k = 0; k < f.names.size(); ++k) {
+    const auto it = mine.find(f.names[k]);
+    if (it == mine.end()) continue;
+    if (it->second.size() != f.offsets[k + 1] - f.offsets[k])
+      throw tessera::value_error("train_fashion_mnist: gathered '" + f.names[k] + "' has " +
+                                 std::to_string(it->second.size()) + " values, the model " +
+                                 std::to_string(f.offsets[k + 1] - f.offsets[k]));
+    std::copy(it->second.begin(), it->second.end(), f.values.begin() + long(f.offsets[k]));
+  }
+  for (int s = 0; s < Stage::stages; ++s) {
+    std::size_t lo = f.values.size(), hi = 0;
+    for (std::size_t k = 0; k < f.names.size(); ++k)
+      if (layer_of(k) >= bounds::value[std::size_t(s)] &&
+          layer_of(k) < bounds::value[std::size_t(s) + 1]) {
+        lo = std::min(lo, f.offsets[k]);
+        hi = std::max(hi, f.offsets[k + 1]);
+      }
+    if (lo < hi) stage.mesh().pipeline.broadcast(f.values.data() + lo, std::int64_t(hi - lo), s);
+  }
+  return f;
+}
+
+/// Training under plan<data<dyn>, tensor<T>, pipeline<P>> on D = o.plan_data replicas: see the
+/// file comment.
+template <class Prec, int T, int P>
 int run_plan(const options& o) {
   namespace tp = tessera::parallel;
-  using Plan = tp::plan<tp::data<D>, tp::tensor<T>, tp::pipeline<P>>;
+  using Plan = tp::plan<tp::data<tessera::dyn>, tp::tensor<T>, tp::pipeline<P>>;
   using exec_space = Kokkos::DefaultExecutionSpace;
   constexpr int micro_batches = P > 1 ? 4 : 1;
-  constexpr index_t granule = index_t(D) * micro_batches; // a global batch is a multiple of it
+  const int D = o.plan_data;
+  const index_t granule = index_t(D) * micro_batches; // a global batch is a multiple of it
   constexpr bool scaled = !std::is_same_v<Prec, tessera::fp32>;
   const exec_space exec;
   // The watchdog: a rank that waits longer than --collective-timeout in one operation names
   // the ranks that did not arrive and ends the job (the mesh's groups inherit the timeout).
   auto world = tp::mpi_communicator::world();
   world.set_collective_timeout(o.collective_timeout);
+  if (world.size() != D * T * P) { // every rank sees the same sizes: all print, then stop
+    std::fprintf(stderr,
+                 "train_fashion_mnist: rank %d of %d: --plan %s needs data x tensor x pipeline = "
+                 "%d processes but the world has %d (launch it with mpiexec -n %d)\n",
+                 world.rank(), world.size(), o.plan.c_str(), D * T * P, world.size(), D * T * P);
+    std::fflush(stderr);
+    world.barrier();
+    world.abort(1);
+  }
   auto mesh = tp::make_mesh_or_abort<Plan>(world);
   const bool root = mesh.world.rank() == 0;
+  // A checkpoint directory that cannot be written fails now, not after the first epoch.
+  if (!o.checkpoint.empty()) tp::check_plan_checkpoint_writable(o.checkpoint);
   const auto train_set = load(o.data, "train", o.limit);
-  const auto test_set = load(o.data, "t10k", 0);
+  const auto test_set = load(o.data, "t10k", o.test_limit);
   if (root)
     std::fprintf(stderr,
                  "[train] %s, %s on %d processes, %ld training images, %ld test images, batch "
                  "%ld, %d micro-batch(es), %d thread(s) per process\n",
-                 o.precision.c_str(), Plan::name().c_str(), Plan::world_size, long(train_set.n),
-                 long(test_set.n), long(o.batch), micro_batches, exec_space().concurrency());
+                 o.precision.c_str(), mesh.shape.name().c_str(), mesh.shape.world(),
+                 long(train_set.n), long(test_set.n), long(o.batch), micro_batches,
+                 exec_space().concurrency());
   tp::with_plan_stage<Plan, FashionCNN<Prec>, tp::one_f_one_b, micro_batches>(
       mesh, o.seed, std::size_t(1) << 20, [&](auto& stage) {
         nn::SoftmaxCrossEntropy loss;
         tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
         tessera::train::dynamic_scaler<> scaler;
         const auto params = stage.parameters();
+        tessera::train::run_state state{
+            .step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
+        if (!o.resume.empty()) {
+          tp::load_plan_checkpoint(o.resume, stage, opt, scaler, state);
+          if (state.data_seed != o.seed)
+            throw tessera::value_error(
+                "train_fashion_mnist: " + o.resume + " was trained with --seed " +
+                std::to_string(state.data_seed) + ", not " + std::to_string(o.seed));
+          if (root)
+            std::fprintf(stderr, "[train] resumed from %s after epoch %ld (%ld steps)\n",
+                         o.resume.c_str(), long(state.epoch), long(state.step));
+        }
         batch_buffers buf;
         std::vector<index_t> order(static_cast<std::size_t>(train_set.n));
-        for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+        for (int epoch = static_cast<int>(state.epoch) + 1; epoch <= o.epochs; ++epoch) {
           std::iota(order.begin(), order.end(), index_t{0});
           std::mt19937_64 rng(o.seed * 1000003 + static_cast<std::uint64_t>(epoch));
           std::shuffle(order.begin(), order.end(), rng); // the same order on every rank
           const auto t0 = clock_type::now();
           auto last_bar = t0;
           double loss_sum = 0;
-          index_t seen = 0, skipped = 0;
+          index_t seen = 0, skipped = 0, steps = 0;
           for (index_t b = 0; b < train_set.n; b += o.batch) {
             const index_t e = std::min(train_set.n, b + o.batch);
             const index_t used = (e - b) / granule * granule, share = used / D;
             if (used == 0) continue;
+            ++steps;
             const index_t first = b + mesh.at.data * share;
             buf.fill(train_set, order, first, first + share);
             const float s = scaled ? scaler.scale() : 1.f;
@@ -320,14 +447,16 @@ int run_plan(const options& o) {
           }
           const double secs = seconds_since(t0);
           if (root && o.progress) std::fprintf(stderr, "\n");
-          // Test accuracy: 1000 images per global batch, each data replica 1000 / D of them.
-          constexpr index_t eval_batch = 1000;
+          // Test accuracy: up to 1000 images per global batch, each data replica 1/D of them
+          // (a remainder of fewer than D images left out).
           std::vector<index_t> test_order(static_cast<std::size_t>(test_set.n));
           std::iota(test_order.begin(), test_order.end(), index_t{0});
           index_t correct = 0, counted = 0;
-          for (index_t b = 0; b + eval_batch <= test_set.n; b += eval_batch) {
-            const index_t first = b + mesh.at.data * (eval_batch / D);
-            buf.fill(test_set, test_order, first, first + eval_batch / D);
+          for (index_t b = 0; b < test_set.n; b += 1000) {
+            const index_t share = (std::min(test_set.n, b + 1000) - b) / D;
+            if (share == 0) continue;
+            const index_t first = b + mesh.at.data * share;
+            buf.fill(test_set, test_order, first, first + share);
             const tp::evaluation r = stage.evaluate(exec, buf.x, buf.y, loss);
             correct += r.correct;
             counted += r.count;
@@ -335,33 +464,40 @@ int run_plan(const options& o) {
           if (root) {
             std::printf("epoch %d  %s  %s  train loss %.4f  test accuracy %.2f%%  %.1f s  %.0f "
                         "images/s",
-                        epoch, o.precision.c_str(), Plan::name().c_str(),
+                        epoch, o.precision.c_str(), mesh.shape.name().c_str(),
                         loss_sum / static_cast<double>(seen),
-                        100.0 * double(correct) / double(counted), secs,
+                        counted > 0 ? 100.0 * double(correct) / double(counted) : 0.0, secs,
                         static_cast<double>(seen) / secs);
             if (scaled)
               std::printf("  (loss scale %g, %ld skipped steps)", scaler.scale(), long(skipped));
             std::printf("\n");
             std::fflush(stdout);
           }
+          state.step += steps;
+          state.epoch = epoch;
+          if (!o.checkpoint.empty())
+            tp::save_plan_checkpoint(o.checkpoint, stage, opt, scaler, state);
         }
+        const flat_masters whole = gather_masters(stage, o.seed);
+        if (root) print_masters(whole, long(state.epoch));
       });
   return 0;
 }
 
-/// f(std::integral_constant<int, 1 or 2>) for v in {1, 2}.
+/// f(std::integral_constant<int, v>) for v one of fashion::detail::plan_degrees (1, 2, 4).
 template <class F>
-int with_size(int v, F&& f) {
-  return v == 2 ? f(std::integral_constant<int, 2>{}) : f(std::integral_constant<int, 1>{});
+int with_degree(int v, F&& f) {
+  static_assert(std::size(fashion::detail::plan_degrees) == 3);
+  if (v == 4) return f(std::integral_constant<int, 4>{});
+  if (v == 2) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
 }
 
 template <class Prec>
 int run_any_plan(const options& o) {
-  return with_size(o.plan_data, [&](auto d) {
-    return with_size(o.plan_tensor, [&](auto t) {
-      return with_size(o.plan_pipeline, [&](auto p) {
-        return run_plan<Prec, decltype(d)::value, decltype(t)::value, decltype(p)::value>(o);
-      });
+  return with_degree(o.plan_tensor, [&](auto t) {
+    return with_degree(o.plan_pipeline, [&](auto p) {
+      return run_plan<Prec, decltype(t)::value, decltype(p)::value>(o);
     });
   });
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -47,7 +48,8 @@ inline const char* usage_text() {
          "[--threads N (0..4096, 0: default)] [--limit N | --full] [--test-limit N] "
          "[--batch N (1..1000000)] [--lr X (finite, > 0)] [--seed N] [--data DIR] "
          "[--checkpoint FILE] [--resume FILE] [--no-progress] "
-         "[--plan data=D,tensor=T,pipeline=P (each 1 or 2; under mpiexec)] "
+         "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; under mpiexec -n "
+         "D*T*P)] "
          "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)]";
 }
 
@@ -90,8 +92,15 @@ inline float parse_positive_float(const std::string& flag, const std::string& te
   return float(v);
 }
 
-/// --plan data=D,tensor=T,pipeline=P: comma-separated, any order, each at most once, 1 or 2.
+/// The tensor and pipeline degrees the example instantiates (compile-time plans); the data
+/// degree is free (data<dyn>), up to max_plan_data.
+inline constexpr int plan_degrees[] = {1, 2, 4};
+inline constexpr int max_plan_data = 4096;
+
+/// --plan data=D,tensor=T,pipeline=P: comma-separated, any order, each at most once; D a whole
+/// decimal in 1..max_plan_data without leading zeros, T and P one of plan_degrees.
 inline void parse_plan(options& o) {
+  const std::string form = "--plan " + o.plan + ": ";
   bool seen[3] = {false, false, false};
   std::size_t at = 0;
   while (at <= o.plan.size()) {
@@ -101,18 +110,34 @@ inline void parse_plan(options& o) {
     const std::string key = item.substr(0, eq == std::string::npos ? item.size() : eq);
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
     const int k = key == "data" ? 0 : key == "tensor" ? 1 : key == "pipeline" ? 2 : -1;
-    if (k < 0 || seen[k] || (value != "1" && value != "2"))
-      throw usage_error("--plan " + o.plan +
-                        ": give data=D,tensor=T,pipeline=P, each 1 or 2 and at most once");
+    if (k < 0 || eq == std::string::npos)
+      throw usage_error(form + "'" + item +
+                        "' is not one of data=D, tensor=T, pipeline=P (comma-separated)");
+    if (seen[k]) throw usage_error(form + key + " is given twice");
     seen[k] = true;
-    (k == 0 ? o.plan_data : k == 1 ? o.plan_tensor : o.plan_pipeline) = value == "2" ? 2 : 1;
+    const bool digits =
+        !value.empty() && value[0] >= '1' && value[0] <= '9' &&
+        std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int v = digits && value.size() <= 4 ? std::stoi(value) : -1;
+    if (k == 0) {
+      if (v < 1 || v > max_plan_data)
+        throw usage_error(form + "the data degree must be a whole number in 1.." +
+                          std::to_string(max_plan_data) +
+                          " without leading zeros (got data=" + value + ")");
+      o.plan_data = v;
+    } else {
+      if (std::find(std::begin(plan_degrees), std::end(plan_degrees), v) == std::end(plan_degrees))
+        throw usage_error(form + "the " + key +
+                          " degree must be 1, 2 or 4, the compile-time plans this example "
+                          "instantiates (got " +
+                          key + "=" + value + ")");
+      (k == 1 ? o.plan_tensor : o.plan_pipeline) = v;
+    }
     at = comma + 1;
   }
   if (o.precision != "fp32" && o.precision != "bf16")
-    throw usage_error("--plan trains in fp32 or bf16 (the example instantiates its eight plans "
-                      "for those two only)");
-  if (!o.checkpoint.empty() || !o.resume.empty())
-    throw usage_error("--plan does not take --checkpoint or --resume");
+    throw usage_error("--plan trains in fp32 or bf16 (the example instantiates its plans for "
+                      "those two only)");
 }
 
 } // namespace detail

@@ -17,7 +17,9 @@ set(cases
     "--test-limit|5k@--test-limit '5k'"
     "--seed|-1@--seed '-1'"
     "--precision|fp64@--precision 'fp64'"
-    "--plan|data=3@--plan data=3"
+    "--plan|data=0@--plan data=0: the data degree must be a whole number in 1..4096"
+    "--plan|tensor=3@--plan tensor=3: the tensor degree must be 1, 2 or 4"
+    "--plan|pipeline=8@--plan pipeline=8: the pipeline degree must be 1, 2 or 4"
     "--collective-timeout|-1@--collective-timeout -1"
     "--epochs@missing value after --epochs"
     "--bogus@unknown argument '--bogus'")

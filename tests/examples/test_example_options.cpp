@@ -103,13 +103,38 @@ TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") 
   CHECK(p.plan_pipeline == 2);
   const auto t = parse({"--plan", "tensor=2"});
   CHECK((t.plan_data == 1 && t.plan_tensor == 2 && t.plan_pipeline == 1));
-  for (const char* bad : {"data=3", "data=2,data=2", "tensor", "tensor=", "tensor=2,", "gpu=2",
-                          "data=2;tensor=2", "data=02"})
+  // Any data degree (data<dyn>); tensor and pipeline degrees 1, 2 or 4.
+  const auto d3 = parse({"--plan", "data=3"});
+  CHECK((d3.plan_data == 3 && d3.plan_tensor == 1 && d3.plan_pipeline == 1));
+  const auto big = parse({"--plan", "tensor=4,data=4096,pipeline=4"});
+  CHECK((big.plan_data == 4096 && big.plan_tensor == 4 && big.plan_pipeline == 4));
+  const auto d7 = parse({"--plan", "pipeline=1,data=7,tensor=2"});
+  CHECK((d7.plan_data == 7 && d7.plan_tensor == 2 && d7.plan_pipeline == 1));
+  for (const char* bad : {"data=2,data=2",    "tensor",      "tensor=",
+                          "tensor=2,",        "gpu=2",       "data=2;tensor=2",
+                          "data=02",          "data=0",      "data=-1",
+                          "data=+3",          "data=4097",   "data=99999999999",
+                          "data=3.0",         "data= 3",     "tensor=3",
+                          "tensor=8",         "pipeline=3",  "pipeline=0",
+                          "tensor=04",        "pipeline=2x", ",",
+                          "data=2,,tensor=2", "=2",          "data==2"})
     refused("--plan", bad);
+  // The messages say which rule was broken.
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=0"}), fashion::usage_error,
+                         what_contains({"data degree", "1..4096"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "tensor=3"}), fashion::usage_error,
+                         what_contains({"tensor=3", "tensor degree must be 1, 2 or 4"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "pipeline=8"}), fashion::usage_error,
+                         what_contains({"pipeline=8", "pipeline degree must be 1, 2 or 4"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2,data=3"}), fashion::usage_error,
+                         what_contains({"data is given twice"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "gpu=2"}), fashion::usage_error,
+                         what_contains({"'gpu=2' is not one of"}));
   REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--precision", "fp8"}), fashion::usage_error);
   REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--precision", "fp16"}), fashion::usage_error);
-  REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--checkpoint", "c"}), fashion::usage_error);
-  REQUIRE_THROWS_AS(parse({"--resume", "c", "--plan", "data=2"}), fashion::usage_error);
+  // Plan checkpoints: --checkpoint and --resume name a directory under --plan.
+  const auto ck = parse({"--plan", "data=2", "--checkpoint", "c", "--resume", "r"});
+  CHECK((ck.plan_data == 2 && ck.checkpoint == "c" && ck.resume == "r"));
 }
 
 TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {

@@ -142,7 +142,7 @@ std::map<std::string, std::vector<float>> train_plan(C world, const run_options&
   tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
     tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
     nn::SoftmaxCrossEntropy loss;
-    const int share = o.global_batch / Plan::data_size, first = mesh.at.data * share;
+    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
     for (int step = 0; step < o.steps; ++step) {
       auto x = make_input<Model>(share);
       Kokkos::View<int*> labels("labels", share);

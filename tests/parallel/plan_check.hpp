@@ -27,13 +27,17 @@ using all_plans =
 template <class Plan, int without, int with_pipeline>
 inline constexpr int micro_batches_for = Plan::pipeline_size > 1 ? with_pipeline : without;
 
-/// Runs Plan if the world has its size; returns the largest |w - w_ref| over all ranks (0 and
-/// no check when the plan was skipped).
+/// Runs Plan if it fits the world's size (Plan::fits: its size, or for data<dyn> a multiple
+/// of tensor x pipeline); returns whether it ran.
 template <class Model, class Plan, class Kind, int M>
-float check_plan(const char* what, float tolerance, const run_options& o,
-                 const std::map<std::string, std::vector<float>>& reference) {
+bool check_plan(const char* what, float tolerance, const run_options& o,
+                const std::map<std::string, std::vector<float>>& reference) {
   auto world = tp::mpi_communicator::world();
-  if (world.size() != Plan::world_size) return 0;
+  if (!Plan::fits(world.size())) return false;
+  const tp::mesh_shape shape = Plan::shape_on(world.size());
+  // The global batch splits into D equal shares of M equal micro-batches: else the test itself
+  // is wrong (not the plan).
+  REQUIRE(o.global_batch % (shape.data * M) == 0);
   const auto got = train_plan<Model, Plan, Kind, M>(world, o);
   float diff = 0;
   bool shapes_match = true;
@@ -46,29 +50,37 @@ float check_plan(const char* what, float tolerance, const run_options& o,
     for (std::size_t i = 0; i < values.size(); ++i)
       diff = std::max(diff, std::fabs(it->second[i] - values[i]));
   }
-  INFO(what << " " << Plan::name());
+  INFO(what << " " << shape.name());
   CHECK(shapes_match);
   // Every parameter lives on some stage, whole on each of its D * T ranks after the gather.
   int mine = int(got.size()), total = 0;
   MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  CHECK(total == int(reference.size()) * Plan::data_size * Plan::tensor_size);
+  CHECK(total == int(reference.size()) * shape.data * shape.tensor);
   float worst = diff;
   MPI_Allreduce(&diff, &worst, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-  if (world.rank() == 0) WARN(what << " " << Plan::name() << ": max |w - w_ref| = " << worst);
+  if (world.rank() == 0)
+    WARN(what << " " << Plan::name() << " as " << shape.name() << ": max |w - w_ref| = " << worst);
   CHECK(diff <= tolerance);
-  return worst;
+  return true;
 }
 
-/// check_plan for each of the eight plans (those of the world's size run). Kind and the
-/// micro-batch counts (without and with a pipeline) are the configuration's.
+/// check_plan for each plan of the tuple Plans (those that fit the world's size run); returns
+/// how many ran. Kind and the micro-batch counts (without and with a pipeline) are the
+/// configuration's.
+template <class Model, class Kind, int M_flat, int M_pipe, class Plans = all_plans>
+int check_plans(const char* what, float tolerance, const run_options& o) {
+  const auto reference = train_reference<Model>(o);
+  return [&]<class... P>(std::tuple<P...>*) {
+    return (int(check_plan<Model, P, Kind, micro_batches_for<P, M_flat, M_pipe>>(what, tolerance, o,
+                                                                                 reference)) +
+            ... + 0);
+  }(static_cast<Plans*>(nullptr));
+}
+
+/// check_plans over the eight plans.
 template <class Model, class Kind, int M_flat, int M_pipe>
 void check_all_plans(const char* what, float tolerance, const run_options& o) {
-  const auto reference = train_reference<Model>(o);
-  [&]<class... Plans>(std::tuple<Plans...>*) {
-    (check_plan<Model, Plans, Kind, micro_batches_for<Plans, M_flat, M_pipe>>(what, tolerance, o,
-                                                                              reference),
-     ...);
-  }(static_cast<all_plans*>(nullptr));
+  check_plans<Model, Kind, M_flat, M_pipe>(what, tolerance, o);
 }
 
 // Tolerances (the runs differ only in the order of fp32 sums: over micro-batches, across data

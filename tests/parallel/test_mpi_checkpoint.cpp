@@ -35,10 +35,9 @@ fs::path scratch_dir(const char* tag) {
 
 template <class Stage, class Opt>
 void train_steps(Stage& stage, Opt& opt, int first_step, int steps) {
-  using Plan = typename Stage::plan_type;
   Kokkos::DefaultExecutionSpace exec;
   nn::SoftmaxCrossEntropy loss;
-  const int share = opts.global_batch / Plan::data_size;
+  const int share = opts.global_batch / stage.mesh().shape.data;
   const int first = stage.mesh().at.data * share;
   for (int step = first_step; step < first_step + steps; ++step) {
     auto x = make_input<Model>(share);

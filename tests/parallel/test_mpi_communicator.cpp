@@ -199,23 +199,33 @@ TEST_CASE("mpi bad arguments throw on the calling rank before any communication"
 
 TEST_CASE("mpi mesh: sub-communicators follow the plan's groups", "[parallel]") {
   auto world = tp::mpi_communicator::world();
+  int meshes = 0;
   auto check = [&](auto plan_type) {
     using P = typename decltype(plan_type)::type;
-    if (world.size() != P::world_size) return;
-    INFO(P::name());
+    if (!P::fits(world.size())) return;
+    ++meshes;
     tp::mesh<P, tp::mpi_communicator> m(world);
-    CHECK(m.at == P::coordinates(world.rank()));
+    INFO(P::name() << " as " << m.shape.name());
+    // data<dyn> takes the world's size over tensor x pipeline; fixed sizes are the plan's.
+    CHECK(m.shape.world() == world.size());
+    CHECK(m.shape.tensor == P::tensor_size);
+    CHECK(m.shape.pipeline == P::pipeline_size);
+    CHECK(m.shape.data ==
+          (P::dynamic_data ? world.size() / (P::tensor_size * P::pipeline_size) : P::data_size));
+    // Independent of mesh_shape's arithmetic: tensor innermost, then data, then pipeline.
+    const int T = m.shape.tensor, D = m.shape.data, r = world.rank();
+    CHECK(m.at == tp::coordinates_t{(r / T) % D, r % T, r / (T * D)});
     for (tp::axis a : P::axes) {
       auto& c = a == tp::axis::data ? m.data : a == tp::axis::tensor ? m.tensor : m.pipeline;
-      REQUIRE(c.size() == P::size(a));
-      CHECK(c.rank() == P::group_rank(a, world.rank()));
+      REQUIRE(c.size() == m.shape.size(a));
+      CHECK(c.rank() == m.shape.group_rank(a, world.rank()));
       // Gather the world ranks of the group, in group order, and compare with the plan.
       std::vector<float> me{float(world.rank())}, members(std::size_t(c.size()));
       c.all_gather(me.data(), members.data(), 1);
       for (int k = 0; k < c.size(); ++k) {
         tp::coordinates_t at = m.at;
         (a == tp::axis::data ? at.data : a == tp::axis::tensor ? at.tensor : at.pipeline) = k;
-        CHECK(members[std::size_t(k)] == float(P::rank_of(at)));
+        CHECK(members[std::size_t(k)] == float(at.tensor + T * (at.data + D * at.pipeline)));
       }
     }
   };
@@ -223,9 +233,23 @@ TEST_CASE("mpi mesh: sub-communicators follow the plan's groups", "[parallel]") 
   check(boost::hana::type_c<tp::plan<tp::tensor<3>>>);
   check(boost::hana::type_c<tp::plan<tp::pipeline<3>>>);
   check(boost::hana::type_c<tp::plan<tp::data<2>, tp::pipeline<4>>>);
+  check(boost::hana::type_c<tp::plan<tp::data<tessera::dyn>>>);
+  check(boost::hana::type_c<tp::plan<tp::data<tessera::dyn>, tp::tensor<2>, tp::pipeline<2>>>);
+  check(boost::hana::type_c<tp::plan<tp::pipeline<4>, tp::data<tessera::dyn>>>);
+  check(boost::hana::type_c<tp::plan<tp::tensor<3>, tp::data<tessera::dyn>>>);
+  // How many of the plans fit each CTest size (1, 3, 8): none skipped by mistake.
+  CHECK(meshes == (world.size() == 1 ? 1 : world.size() == 3 ? 4 : world.size() == 8 ? 5 : meshes));
   // A mesh of the wrong size throws the same message on every rank.
   using wrong = tp::plan<tp::data<5>, tp::tensor<2>>; // 10 ranks, never the CTest size
   CHECK_THROWS_WITH((tp::mesh<wrong, tp::mpi_communicator>(world)),
                     Catch::Contains("plan(data=5, tensor=2, pipeline=1) needs 10 processes") &&
                         Catch::Contains("the world has " + std::to_string(world.size())));
+  // data<dyn> over a world that tensor x pipeline (here 5) does not divide: the plan, the rule
+  // and the world's size.
+  using indivisible = tp::plan<tp::data<tessera::dyn>, tp::tensor<5>>;
+  CHECK_THROWS_WITH(
+      (tp::mesh<indivisible, tp::mpi_communicator>(world)),
+      Catch::Contains("plan(data=dyn, tensor=5, pipeline=1)") &&
+          Catch::Contains("positive multiple of tensor x pipeline = 5") &&
+          Catch::Contains("the world has " + std::to_string(world.size()) + " processes"));
 }

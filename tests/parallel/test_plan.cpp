@@ -28,6 +28,18 @@ static_assert(std::is_same_v<tp::plan<tp::data<2>>::cuts, tp::balanced>);
 static_assert(tp::plan<tp::data<4>, tp::pipeline<4>>::bubble_fraction(5) == 3.0 / 8.0);
 static_assert(tp::Plan<p222> && !tp::Plan<tp::data<2>> && tp::Policy<tp::data<2>> &&
               !tp::Policy<int>);
+// data<dyn>: the data degree from the world size, which must be a positive multiple of T * P.
+using pdyn = tp::plan<tp::tensor<2>, tp::data<tessera::dyn>, tp::pipeline<3>>;
+static_assert(pdyn::dynamic_data && !p222::dynamic_data);
+static_assert(pdyn::fits(6) && pdyn::fits(18) && !pdyn::fits(0) && !pdyn::fits(3) &&
+              !pdyn::fits(9) && !pdyn::fits(-6));
+static_assert(pdyn::shape_on(18) == tp::mesh_shape{3, 2, 3});
+static_assert(pdyn::shape_on(18).coordinates(7) == tp::coordinates_t{0, 1, 1});
+static_assert(p222::fits(8) && !p222::fits(4) && !p222::fits(16) &&
+              p222::shape_on(8) == p222::shape());
+static_assert(tp::plan<tp::data<tessera::dyn>>::fits(1) &&
+              tp::plan<tp::data<tessera::dyn>>::fits(7) &&
+              tp::plan<tp::data<tessera::dyn>>::shape_on(7).data == 7);
 
 namespace {
 
@@ -43,14 +55,17 @@ using plans =
 
 // Independent reference of the Megatron order: enumerate pipeline outermost, then data, then
 // tensor innermost, counting ranks.
-template <class P>
-std::map<int, tp::coordinates_t> enumerate_mesh() {
+inline std::map<int, tp::coordinates_t> enumerate_mesh(int D, int T, int P) {
   std::map<int, tp::coordinates_t> m;
   int rank = 0;
-  for (int p = 0; p < P::pipeline_size; ++p)
-    for (int d = 0; d < P::data_size; ++d)
-      for (int t = 0; t < P::tensor_size; ++t) m[rank++] = {d, t, p};
+  for (int p = 0; p < P; ++p)
+    for (int d = 0; d < D; ++d)
+      for (int t = 0; t < T; ++t) m[rank++] = {d, t, p};
   return m;
+}
+template <class P>
+std::map<int, tp::coordinates_t> enumerate_mesh() {
+  return enumerate_mesh(P::data_size, P::tensor_size, P::pipeline_size);
 }
 
 } // namespace
@@ -96,6 +111,35 @@ TEST_CASE("plan: groups along each axis partition the ranks, tensor groups are n
       }
     }
   });
+}
+
+TEST_CASE("plan: data<dyn> meshes follow the same order at every world size", "[parallel]") {
+  using P = tp::plan<tp::data<tessera::dyn>, tp::tensor<2>, tp::pipeline<2>>;
+  CHECK(P::name() == "plan(data=dyn, tensor=2, pipeline=2)");
+  for (int world = 1; world <= 40; ++world) {
+    INFO("world " << world);
+    CHECK(P::fits(world) == (world % 4 == 0));
+    if (!P::fits(world)) {
+      // The refusal names the plan, the world size and the rule.
+      const std::string why = P::misfit(world);
+      CHECK_THAT(why,
+                 Catch::Contains("plan(data=dyn, tensor=2, pipeline=2)") &&
+                     Catch::Contains("the world has " + std::to_string(world) + " processes") &&
+                     Catch::Contains("multiple of tensor x pipeline = 4"));
+      continue;
+    }
+    CHECK(P::misfit(world).empty());
+    const tp::mesh_shape s = P::shape_on(world);
+    CHECK(s == tp::mesh_shape{world / 4, 2, 2});
+    CHECK(s.name() == "plan(data=" + std::to_string(world / 4) + ", tensor=2, pipeline=2)");
+    for (const auto& [rank, c] : enumerate_mesh(world / 4, 2, 2)) {
+      CHECK(s.coordinates(rank) == c);
+      CHECK(s.rank_of(c) == rank);
+    }
+  }
+  CHECK_THAT(tp::plan<tp::data<3>>::misfit(4),
+             Catch::Contains("plan(data=3, tensor=1, pipeline=1) needs 3 processes") &&
+                 Catch::Contains("the world has 4"));
 }
 
 TEST_CASE("plan: bubble fraction", "[parallel]") {

@@ -147,12 +147,37 @@ void on_every_rank(C& world, const std::string& who, F&& f) {
 
 } // namespace detail
 
+/// Checks before training that save_plan_checkpoint can write `dir`: it is a directory or
+/// does not exist yet, and its parent directory exists. Throws value_error naming the path
+/// and the rule otherwise. Every rank may call it (it only reads the file system).
+inline void check_plan_checkpoint_writable(const std::filesystem::path& dir) {
+  const std::string who = "tessera::parallel::check_plan_checkpoint_writable";
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec))
+      throw value_error(who + ": '" + dir.string() +
+                        "' exists and is not a directory (a plan checkpoint is a directory of "
+                        "one shard per rank and a manifest)");
+    return;
+  }
+  const auto parent = dir.has_parent_path() ? dir.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(parent, ec))
+    throw value_error(who + ": cannot create '" + dir.string() + "': its parent directory '" +
+                      parent.string() + "' does not exist");
+}
+
+/// Whether `dir` looks like a plan checkpoint (a directory holding manifest.txt).
+inline bool is_plan_checkpoint(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) &&
+         std::filesystem::is_regular_file(dir / "manifest.txt", ec);
+}
+
 /// Saves this rank's part of a parallel run into `dir` (created if needed); a collective over
 /// the plan's world. Throws value_error on every rank if any rank fails.
 template <class Stage, class Optimizer, class Scaler>
 void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const Optimizer& opt,
                           const Scaler& scaler, const train::run_state& run) {
-  using P = typename Stage::plan_type;
   const std::string who = "tessera::parallel::save_plan_checkpoint";
   auto& m = stage.mesh();
   const int r = m.world.rank();
@@ -184,9 +209,9 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
       train::detail::ckpt::write_file_atomically(
           who, dir / "manifest.txt",
           detail::text_bytes(
-              "tessera-plan-checkpoint 1\nplan data " + std::to_string(P::data_size) + " tensor " +
-              std::to_string(P::tensor_size) + " pipeline " + std::to_string(P::pipeline_size) +
-              "\nranks " + std::to_string(P::world_size) + "\n"));
+              "tessera-plan-checkpoint 1\nplan data " + std::to_string(m.shape.data) + " tensor " +
+              std::to_string(m.shape.tensor) + " pipeline " + std::to_string(m.shape.pipeline) +
+              "\nranks " + std::to_string(m.shape.world()) + "\n"));
   });
 }
 
@@ -196,17 +221,17 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
 template <class Stage, class Optimizer, class Scaler>
 void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, Optimizer& opt,
                           Scaler& scaler, train::run_state& run) {
-  using P = typename Stage::plan_type;
   const std::string who = "tessera::parallel::load_plan_checkpoint";
   auto& m = stage.mesh();
   detail::on_every_rank(m.world, who, [&] {
     const auto man = detail::read_manifest(who, dir);
-    if (man.data != P::data_size || man.tensor != P::tensor_size ||
-        man.pipeline != P::pipeline_size)
-      throw value_error(who + ": '" + dir.string() + "' holds a run of plan(data=" +
-                        std::to_string(man.data) + ", tensor=" + std::to_string(man.tensor) +
-                        ", pipeline=" + std::to_string(man.pipeline) + "), not of " + P::name() +
-                        "; merge_plan_checkpoint turns it into a single-process checkpoint");
+    if (man.data != m.shape.data || man.tensor != m.shape.tensor ||
+        man.pipeline != m.shape.pipeline)
+      throw value_error(
+          who + ": '" + dir.string() + "' holds a run of plan(data=" + std::to_string(man.data) +
+          ", tensor=" + std::to_string(man.tensor) + ", pipeline=" + std::to_string(man.pipeline) +
+          "), not of " + m.shape.name() +
+          "; merge_plan_checkpoint turns it into a single-process checkpoint");
   });
   train::run_state staged = run;
   detail::on_every_rank(m.world, who, [&] {

@@ -3,7 +3,8 @@
 /// The three ways to split a training step across processes, as compile-time policies:
 ///
 ///   tessera::parallel::data<D>      D replicas, each on 1/D of the global batch; gradients are
-///                                   averaged across them (all-reduce).
+///                                   averaged across them (all-reduce). data<tessera::dyn>: D
+///                                   taken at run time, the world size / (T * P).
 ///   tessera::parallel::tensor<T>    each layer's weights split T ways (Megatron column/row
 ///                                   halves for Linear pairs, output channels for Conv2d).
 ///   tessera::parallel::pipeline<P>  the layers cut into P consecutive stages, micro-batches
@@ -11,7 +12,11 @@
 ///                                   layer indices with pipeline<P, cut_at<I...>>.
 ///
 /// A plan<Policies...> (parallel/plan.hpp) composes them; each is optional and given at most
-/// once. Sizes must be at least 1: a zero fails to compile with a sentence.
+/// once. Sizes must be at least 1: a zero fails to compile with a sentence. Only the data degree
+/// may be tessera::dyn (the tensor and pipeline degrees shape the layer types, so they are
+/// compile-time numbers).
+
+#include <tessera/tensor/extents.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -55,10 +60,14 @@ constexpr bool cuts_increasing() {
 }
 } // namespace detail
 
-/// Data parallelism over D replicas (D >= 1).
+/// Data parallelism over D replicas (D >= 1), or over as many as the world holds: data<dyn>
+/// (tessera::dyn), D = world size / (tensor x pipeline), read by parallel::mesh at run time.
 template <int D>
 struct data {
-  static_assert(D >= 1, "tessera::parallel::data<D>: the data-parallel size D must be at least 1");
+  static_assert(D >= 1 || D == dyn,
+                "tessera::parallel::data<D>: the data-parallel size D must be at least 1, or "
+                "tessera::dyn to take it from the world size at run time");
+  /// D, or dyn (-1) for data<dyn>.
   static constexpr int size = D;
   static constexpr parallel::axis axis = parallel::axis::data;
 };
@@ -66,7 +75,10 @@ struct data {
 /// Tensor (intra-layer) parallelism over T ranks (T >= 1).
 template <int T>
 struct tensor {
-  static_assert(T >= 1,
+  static_assert(T != dyn,
+                "tessera::parallel::tensor<T>: only the data degree may be dyn; the "
+                "tensor-parallel size shapes the layer types and is a compile-time number");
+  static_assert(T >= 1 || T == dyn,
                 "tessera::parallel::tensor<T>: the tensor-parallel size T must be at least 1");
   static constexpr int size = T;
   static constexpr parallel::axis axis = parallel::axis::tensor;
@@ -76,8 +88,11 @@ struct tensor {
 /// about equal FLOPs) or cut_at<I...> with exactly P - 1 strictly increasing layer indices.
 template <int P, class Cuts = balanced>
 struct pipeline {
+  static_assert(P != dyn, "tessera::parallel::pipeline<P>: only the data degree may be dyn; the "
+                          "number of stages shapes the stage types and is a compile-time number");
   static_assert(
-      P >= 1, "tessera::parallel::pipeline<P>: the number of pipeline stages P must be at least 1");
+      P >= 1 || P == dyn,
+      "tessera::parallel::pipeline<P>: the number of pipeline stages P must be at least 1");
   static_assert(std::is_same_v<Cuts, balanced> || detail::is_cut_at<Cuts>::value,
                 "tessera::parallel::pipeline<P, Cuts>: Cuts must be balanced or cut_at<I...>");
   static_assert(

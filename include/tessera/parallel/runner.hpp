@@ -1,6 +1,7 @@
 #pragma once
 /// \file parallel/runner.hpp
-/// One training step of any plan<data<D>, tensor<T>, pipeline<P>>: the part of a model this
+/// One training step of any plan<data<D>, tensor<T>, pipeline<P>> (D may be dyn: the mesh's
+/// shape.data at run time): the part of a model this
 /// rank holds (its pipeline stage of the tensor-split model) with the data-parallel gradient
 /// buckets over its data group.
 ///
@@ -135,8 +136,9 @@ public:
       finish(stage_.forward(exec, in));
     }
     if constexpr (stages > 1) mesh_->pipeline.broadcast(stats, 2, stages - 1);
-    if constexpr (P::data_size > 1) mesh_->data.all_reduce_sum(stats, 2);
-    return {double(stats[0]), index_t(stats[1]), batch * P::data_size};
+    const int data = mesh_->shape.data;
+    if (data > 1) mesh_->data.all_reduce_sum(stats, 2);
+    return {double(stats[0]), index_t(stats[1]), batch * data};
   }
 
   /// The whole values of this stage's parameters by name (gathered over the tensor group).
@@ -151,9 +153,9 @@ public:
 private:
   float global_mean(float l) {
     if constexpr (stages > 1) mesh_->pipeline.broadcast(&l, 1, stages - 1);
-    if constexpr (P::data_size > 1) {
+    if (mesh_->shape.data > 1) {
       mesh_->data.all_reduce_sum(&l, 1);
-      l /= float(P::data_size);
+      l /= float(mesh_->shape.data);
     }
     return l;
   }

@@ -1,0 +1,95 @@
+# Plan checkpoints from train_fashion_mnist (--plan with --checkpoint / --resume), under mpiexec:
+#  1. the plan trained 2 epochs, uninterrupted: its "masters fnv1a" hash and signatures;
+#  2. the same plan trained 1 epoch with --checkpoint DIR, then resumed from DIR for epoch 2:
+#     the same hash, bit for bit;
+#  3. a single process resumed from DIR (merged into DIR/merged.tsr) for epoch 2: each
+#     "masters signature" within `tolerance` (1e-6 units) of the plan's own epoch 2 (the single
+#     process sums the fp32 gradients in another order; see check_plan_example.cmake);
+#  4. a run of another plan refuses DIR, naming both plans, before training.
+# -D exe=... -D mpiexec=... -D np_flag=... -D ranks=N -D plan=... -D other_plan=...
+# -D other_ranks=N -D dir=... -D tolerance=N
+set(common --limit 192 --batch 48 --test-limit 100 --no-progress --threads 1 --seed 5)
+file(REMOVE_RECURSE ${dir})
+file(MAKE_DIRECTORY ${dir})
+set(ck ${dir}/plan_ck)
+
+function(run label out_var)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 240)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${label} failed (exit ${rc}):\nstdout: ${out}\nstderr: ${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+function(hash_of out text)
+  string(REGEX MATCH "masters fnv1a ([0-9a-f]+) after epoch 2" m "${text}")
+  if(NOT m)
+    message(FATAL_ERROR "no 'masters fnv1a ... after epoch 2' line in:\n${text}")
+  endif()
+  set(${out} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+endfunction()
+
+set(mpi ${mpiexec} ${np_flag} ${ranks} ${exe} ${common} --plan ${plan})
+run("--plan ${plan}, 2 epochs" whole ${mpi} --epochs 2)
+hash_of(whole_hash "${whole}")
+run("--plan ${plan}, epoch 1 with --checkpoint" first ${mpi} --epochs 1 --checkpoint ${ck})
+if(NOT EXISTS ${ck}/manifest.txt)
+  message(FATAL_ERROR "--plan ${plan} --checkpoint ${ck} wrote no manifest.txt")
+endif()
+run("--plan ${plan}, epoch 2 resumed" resumed ${mpi} --epochs 2 --resume ${ck})
+if(resumed MATCHES "epoch 1 ")
+  message(FATAL_ERROR "the resumed run trained epoch 1 again:\n${resumed}")
+endif()
+hash_of(resumed_hash "${resumed}")
+if(NOT resumed_hash STREQUAL whole_hash)
+  message(FATAL_ERROR "--plan ${plan}: 2 epochs give masters ${whole_hash}, 1 epoch + resume "
+                      "gives ${resumed_hash}: they must be bit-identical")
+endif()
+message(STATUS "--plan ${plan}: 2 epochs and 1 + resume 1 both give masters ${whole_hash}")
+
+run("a single process resumed from the plan checkpoint" single ${exe} ${common} --epochs 2
+    --resume ${ck})
+if(NOT EXISTS ${ck}/merged.tsr)
+  message(FATAL_ERROR "the single-process resume did not merge ${ck} into ${ck}/merged.tsr")
+endif()
+string(REGEX MATCHALL "masters signature [^ \n]+ -?[0-9]+" plan_sigs "${whole}")
+string(REGEX MATCHALL "masters signature [^ \n]+ -?[0-9]+" single_sigs "${single}")
+list(LENGTH plan_sigs n)
+list(LENGTH single_sigs n_single)
+if(NOT n EQUAL 8 OR NOT n_single EQUAL 8)
+  message(FATAL_ERROR "expected 8 signature lines each, got ${n} and ${n_single}")
+endif()
+set(worst 0)
+foreach(line ${plan_sigs})
+  string(REGEX MATCH "masters signature ([^ ]+) (-?[0-9]+)" m "${line}")
+  set(name ${CMAKE_MATCH_1})
+  set(value ${CMAKE_MATCH_2})
+  string(REGEX MATCH "masters signature ${name} (-?[0-9]+)" m2 "${single}")
+  if(NOT m2)
+    message(FATAL_ERROR "the single process printed no signature for ${name}")
+  endif()
+  math(EXPR diff "${value} - ${CMAKE_MATCH_1}")
+  if(diff LESS 0)
+    math(EXPR diff "0 - ${diff}")
+  endif()
+  if(diff GREATER worst)
+    set(worst ${diff})
+  endif()
+  if(diff GREATER tolerance)
+    message(FATAL_ERROR "${name}: the plan's epoch 2 gives signature ${value}, the single "
+                        "process resumed from its merged checkpoint ${CMAKE_MATCH_1} (difference "
+                        "${diff} > ${tolerance})")
+  endif()
+endforeach()
+message(STATUS "the single process resumed from the merged plan checkpoint: largest signature "
+               "difference ${worst} (tolerance ${tolerance})")
+
+execute_process(COMMAND ${mpiexec} ${np_flag} ${other_ranks} ${exe} ${common} --plan
+                        ${other_plan} --epochs 2 --resume ${ck}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
+if(rc EQUAL 0 OR NOT err MATCHES "holds a run of plan\\(" OR out MATCHES "epoch 2 ")
+  message(FATAL_ERROR "--plan ${other_plan} resumed a checkpoint of --plan ${plan} (exit ${rc}):"
+                      "\nstdout: ${out}\nstderr: ${err}")
+endif()
+message(STATUS "--plan ${other_plan} refused the checkpoint of --plan ${plan}")
