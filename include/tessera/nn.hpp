@@ -20,4 +20,5 @@
 #include <tessera/nn/pooling.hpp>
 #include <tessera/nn/precision.hpp>
 #include <tessera/nn/residual.hpp>
+#include <tessera/nn/rmsnorm.hpp>
 #include <tessera/nn/sequential.hpp>
