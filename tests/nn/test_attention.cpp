@@ -311,3 +311,23 @@ TEST_CASE("A GPT block: Residual<LayerNorm, attention> and Residual<LayerNorm, M
   check_tensor_gradient("attention qkv.weight", block.layer<0>().layer<1>().qkv().weight().value,
                         gw, loss, 0.01f, 1e-3, 65, 2e-3);
 }
+
+TEST_CASE("CausalSelfAttention: fp8 (hybrid) projections run and stay near fp32",
+          "[nn][attention]") {
+  const index_t B = 2, t = 17;
+  constexpr index_t D = 32;
+  nn::CausalSelfAttention<D, 4> a32(71);
+  nn::CausalSelfAttention<D, 4, nn::fp8<>> a8(71);
+  const auto xv = uniform_values(std::size_t(B * t * D), 72);
+  const auto y32 = a32.forward(exec_space(), tensor_from<fp32>(xv, extents<dyn, dyn, D>(B, t)));
+  const auto y8 = a8.forward(exec_space(), tensor_from<fp32>(xv, extents<dyn, dyn, D>(B, t)));
+  // E4M3 keeps 3 mantissa bits (u = 2^-4) on x, the weights and o: the outputs move by up to
+  // ~20% of the largest one; a broken core (no normalisation, a lost head) by far more.
+  check_close("y fp8", to_doubles(y8), to_doubles(y32), 0.2);
+  const auto r = uniform_values(std::size_t(B * t * D), 73);
+  const auto dx8 = to_doubles(a8.backward(
+      exec_space(), tensor_from<typename decltype(a8)::activation_precision>(r, y8.extents())));
+  const auto dx32 = to_doubles(a32.backward(exec_space(), tensor_from<fp32>(r, y32.extents())));
+  check_close("dx fp8", dx8, dx32, 0.3);
+  CHECK(decltype(boost::hana::length(a8.fp8_states()))::value == 6);
+}
