@@ -10,8 +10,8 @@
 #   - one TU per entry header include/tessera/*.hpp
 #   - benchmarks/compile/gemm_shapes.cpp (fp32 gemm of 4 static shapes and 1 dynamic)
 #   - benchmarks/compile/train_small.cpp  (FashionCNN fp32, SGD, 2 steps)
-# and prints a Markdown table of wall seconds and maximum resident set size (MiB) from
-# /usr/bin/time -v. Then it counts the GEMM code in the two programs' objects (nm -C, defined
+# and prints a Markdown table of wall seconds, CPU seconds (user + system: less sensitive to a
+# loaded machine than wall time) and maximum resident set size (MiB) from /usr/bin/time -v. Then it counts the GEMM code in the two programs' objects (nm -C, defined
 # functions): every function of namespace tessera::detail whose name contains "gemm" (the
 # drivers, checks, kernels of gemm/detail/) or lies in tessera::detail::hostgemm, and, for
 # gemm_shapes, how many of those mention each static shape (0 when the shapes are erased
@@ -70,29 +70,33 @@ measure_one() {
   local src=$1 obj=$2 log=$work/time.log
   /usr/bin/time -v "$cxx" "${flags[@]}" -O3 -c "$src" -o "$obj" 2>"$log" >/dev/null ||
     { cat "$log" >&2; echo "measure.sh: $src did not compile" >&2; exit 1; }
-  local wall rss
+  local wall cpu rss
+  cpu=$(awk -F': ' '/User time/ {u=$2} /System time/ {s=$2} END {print u+s}' "$log")
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,t,":"); s=0; for(i=1;i<=n;i++) s=s*60+t[i]; print s}' "$log")
   rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$log")
-  echo "$wall $rss"
+  echo "$wall $cpu $rss"
 }
 
 {
   echo "Compile time, $repo ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')), median of $runs, $("$cxx" --version | head -1)"
   echo
-  echo "| TU | wall s | max RSS MiB |"
-  echo "|---|---:|---:|"
+  echo "| TU | wall s | CPU s | max RSS MiB |"
+  echo "|---|---:|---:|---:|"
 } >>"$out"
 for it in "${items[@]}"; do
   name=${it%%|*}
   src=${it#*|}
   : >"$work/w"
   : >"$work/r"
+  : >"$work/c"
   for ((r = 0; r < runs; ++r)); do
-    read -r w k < <(measure_one "$src" "$work/$(basename "$src" .cpp).o")
+    read -r w c k < <(measure_one "$src" "$work/$(basename "$src" .cpp).o")
     echo "$w" >>"$work/w"
+    echo "$c" >>"$work/c"
     echo "$k" >>"$work/r"
   done
-  printf '| %s | %.2f | %.0f |\n' "$name" "$(median <"$work/w")" "$(($(median <"$work/r") / 1024))" >>"$out"
+  printf '| %s | %.2f | %.2f | %.0f |\n' "$name" "$(median <"$work/w")" "$(median <"$work/c")" \
+    "$(($(median <"$work/r") / 1024))" >>"$out"
 done
 
 # GEMM functions in an object: defined functions of tessera::detail that are GEMM code.
