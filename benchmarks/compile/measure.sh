@@ -11,13 +11,15 @@
 #   - benchmarks/compile/gemm_shapes.cpp (fp32 gemm of 4 static shapes and 1 dynamic)
 #   - benchmarks/compile/train_small.cpp  (FashionCNN fp32, SGD, 2 steps)
 # and prints a Markdown table of wall seconds, CPU seconds (user + system: less sensitive to a
-# loaded machine than wall time) and maximum resident set size (MiB) from /usr/bin/time -v. Then it counts the GEMM code in the two programs' objects (nm -C, defined
-# functions): every function of namespace tessera::detail whose name contains "gemm" (the
-# drivers, checks, kernels of gemm/detail/) or lies in tessera::detail::hostgemm, and, for
-# gemm_shapes, how many of those mention each static shape (0 when the shapes are erased
-# before the algorithm is chosen). Counted at -O3 (what is emitted) and at -O1 -fno-inline (every
-# function instantiated, nothing inlined away; -O0 is not usable: xsimd's AVX512BW code does not
-# compile without __OPTIMIZE__ on GCC 12).
+# loaded machine than wall time) and maximum resident set size (MiB) from /usr/bin/time -v.
+# Then it counts the GEMM code in the two programs' objects (nm -C, defined functions): every
+# function of namespace tessera::detail whose name contains "gemm" (the drivers, checks and
+# kernels of gemm/detail/) or lies in tessera::detail::hostgemm, and, for gemm_shapes, how many
+# of those mention each static shape of A (with the operands normalised before the algorithm
+# is chosen, only the small per-operand adapters to_gemm_operand and as_gemm_matrix_operand
+# remain per shape; the checks, the driver and the kernels do not). Counted at -O3 (what is
+# emitted) and at -O1 -fno-inline (every function instantiated, nothing inlined away; -O0 is
+# not usable: xsimd's AVX512BW code does not compile without __OPTIMIZE__ on GCC 12).
 #
 # --repo DIR measures another checkout with this script and these TUs (e.g. a worktree of the
 # base commit: git worktree add /tmp/base <commit>; measure.sh --repo /tmp/base), so "before"
