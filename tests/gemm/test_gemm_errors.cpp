@@ -3,8 +3,8 @@
 // scale. Each must throw (tessera::shape_error / value_error) with a message naming the call,
 // the operands and their shapes, and leave every operand bit-identical. And the legal cases next
 // to them (operands sharing one allocation without overlapping, A aliasing B) must still work.
-#include "support/messages.hpp"
 #include "gemm_testing.hpp"
+#include "support/messages.hpp"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -200,4 +200,42 @@ TEMPLATE_LIST_TEST_CASE("gemm_batched errors: batch extents, and C aliasing A or
              Contains("tessera::gemm_batched"));
   const bool a_unchanged = snap(a) == a0;
   CHECK(a_unchanged);
+}
+
+TEST_CASE("gemm errors: static extents that only meet their mismatch at run time still throw",
+          "[gemm][errors]") {
+  // The compile-time check sees two static extents at a time (tests/compile_fail/gemm_static_*);
+  // a static A against a dynamic B of the wrong K is left to the run-time check.
+  Tensor<fp32, extents<5, 7>, layout_right, host_space> a("a");     // (5, 7) static
+  Tensor<fp32, dextents<2>, layout_right, host_space> b("b", 8, 3); // (8, 3) dynamic: K 8 != 7
+  Tensor<fp32, extents<5, 3>, layout_right, host_space> c("c");     // (5, 3) static
+  CHECK_THAT(message_of<shape_error>([&] { gemm(Kokkos::DefaultHostExecutionSpace{}, a, b, c); }),
+             Contains("tessera::gemm") && Contains("(5, 7)") && Contains("(8, 3)") &&
+                 Contains("(5, 3)") && Contains("needs A (M, K), B (K, N), C (M, N)"));
+}
+
+TEST_CASE("gemm: every operand type reaches the algorithms as one view type per precision",
+          "[gemm][static]") {
+  // Static shapes and layouts are erased before the algorithm is chosen, so the GEMM code is
+  // instantiated once per precision combination, not per shape (benchmarks/compile counts it).
+  using canonical = detail::gemm_matrix<fp32, host_space>;
+  using static_rm = TensorView<fp32, extents<4, 3>, layout_right, host_space>;
+  using static_cm = TensorView<fp32, extents<64, 9>, layout_left, host_space>;
+  using dynamic_strided = TensorView<fp32, dextents<2>, layout_stride, host_space>;
+  static_assert(
+      std::is_same_v<decltype(detail::as_gemm_matrix(std::declval<static_rm>())), canonical>);
+  static_assert(
+      std::is_same_v<decltype(detail::as_gemm_matrix(std::declval<static_cm>())), canonical>);
+  static_assert(
+      std::is_same_v<decltype(detail::as_gemm_matrix(std::declval<dynamic_strided>())), canonical>);
+  // The conversion keeps the memory, the extents and the strides.
+  Tensor<fp32, extents<6, 4>, layout_left, host_space> t("t"); // (6, 4) column-major
+  const auto v = transpose(t.view());                          // (4, 6), strides (6, 1)
+  const auto m = detail::as_gemm_matrix(v);
+  CHECK(m.data() == t.data());
+  CHECK(m.extent(0) == 4);
+  CHECK(m.extent(1) == 6);
+  CHECK(m.stride(0) == v.stride(0));
+  CHECK(m.stride(1) == v.stride(1));
+  CHECK(&m(3, 5) == &t(5, 3));
 }

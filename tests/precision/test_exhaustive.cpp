@@ -11,6 +11,7 @@
 #include "reference_rounding.hpp"
 
 #include <tessera/precision.hpp>
+#include <tessera/precision/vector_convert.hpp> // convert_n
 
 #include <Kokkos_Core.hpp>
 #include <catch2/catch.hpp>

@@ -3,6 +3,7 @@
 // the vector body, the scalar tail and unaligned pointers; and hand-derived rounding edge cases
 // (ties, subnormal boundaries, max finite boundaries, -0), checked on both paths.
 #include <tessera/precision.hpp>
+#include <tessera/precision/vector_convert.hpp> // convert_n
 
 #include <catch2/catch.hpp>
 

@@ -41,6 +41,12 @@
 /// min(M, N) < 16 or M N K < 32^3 and `host_packed` otherwise; on other spaces `portable`.
 /// Results are deterministic for a given algorithm and thread count (no atomics; each C element
 /// is reduced over K in one fixed order).
+///
+/// Static extents are checked at compile time (a static A (4, 3) with a static B (5, 2) does not
+/// compile: a static_assert names the rule), dynamic ones at run time (tessera::shape_error).
+/// Then the operands become dynamic-extent strided views (detail::gemm_matrix), so a program's
+/// GEMM code is instantiated once per precision combination and epilogue, whatever the static
+/// shapes and layouts of its tensors.
 
 #include <tessera/gemm/detail/host.hpp>
 #include <tessera/gemm/detail/portable.hpp>
@@ -93,10 +99,57 @@ float run_gemm(const Exec& exec, const Prob& pr) {
   }
 }
 
+/// True when two extents are both static and differ (a dynamic one is checked at run time).
+constexpr bool static_extents_differ(index_t x, index_t y) {
+  return x != dyn && y != dyn && x != y;
+}
+
+/// The shape rule A (M, K), B (K, N), C (M, N) on the static extents of three views whose
+/// matrix dimensions start at dimension D (0 for gemm, 1 after gemm_batched's batch).
+template <std::size_t D, class VA, class VB, class VC>
+constexpr void check_static_shapes() {
+  using EA = typename VA::extents_type;
+  using EB = typename VB::extents_type;
+  using EC = typename VC::extents_type;
+  static_assert(!static_extents_differ(EA::static_extent(D + 1), EB::static_extent(D)),
+                "tessera::gemm: the inner dimensions must agree: A is (M, K) and B is (K, N), "
+                "but the static extents give A's columns and B's rows different K.");
+  static_assert(!static_extents_differ(EA::static_extent(D), EC::static_extent(D)),
+                "tessera::gemm: C must be (M, N) for A (M, K): the static extents give C a "
+                "different number of rows than A.");
+  static_assert(!static_extents_differ(EB::static_extent(D + 1), EC::static_extent(D + 1)),
+                "tessera::gemm: C must be (M, N) for B (K, N): the static extents give C a "
+                "different number of columns than B.");
+}
+
 template <class VA, class VB, class VC>
 void check_gemm_types() {
   static_assert(VA::rank == 2 && VB::rank == 2 && VC::rank == 2,
                 "tessera::gemm: A, B and C must be rank-2 (matrices).");
+  if constexpr (VA::rank == 2 && VB::rank == 2 && VC::rank == 2)
+    check_static_shapes<0, VA, VB, VC>();
+}
+
+/// The one view type every algorithm sees for a matrix of precision P in memory space M:
+/// dynamic extents and run-time strides (every TensorView keeps its strides at run time, so
+/// nothing a kernel could use is lost). gemm brings its operands to it after the compile-time
+/// checks, so the checks, the algorithm choice, the host driver and the kernels are
+/// instantiated once per precision combination (and epilogue), not once per static shape or
+/// layout of the user's views.
+template <class P, class M>
+using gemm_matrix = TensorView<P, dextents<2>, layout_stride, M>;
+
+/// A rank-2 view as a gemm_matrix: the same memory, extents and strides.
+template <class V>
+gemm_matrix<typename V::precision, typename V::memory_space> as_gemm_matrix(const V& v) {
+  return {v.data(), dextents<2>(v.extent(0), v.extent(1)), {v.stride(0), v.stride(1)}};
+}
+
+/// An operand with its view made a gemm_matrix (its scale kept).
+template <class O>
+auto as_gemm_matrix_operand(const O& o) {
+  auto m = as_gemm_matrix(o.view);
+  return gemm_operand<decltype(m), O::scaled>{m, o.scale};
 }
 
 template <class Exec, class V>
@@ -131,16 +184,21 @@ template <class Algo, class Exec, class TA, class TB, class TC, class Opts = gem
 requires is_gemm_algo_v<Algo>
 float gemm(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const TC& c_in,
            const Opts& opts = {}) {
-  const auto oa = detail::to_gemm_operand(a_in);
-  const auto ob = detail::to_gemm_operand(b_in);
-  const auto oc = detail::to_gemm_operand(c_in);
-  using VA = decltype(oa.view);
-  using VB = decltype(ob.view);
-  using VC = decltype(oc.view);
+  const auto ua = detail::to_gemm_operand(a_in);
+  const auto ub = detail::to_gemm_operand(b_in);
+  const auto uc = detail::to_gemm_operand(c_in);
+  using VA = decltype(ua.view);
+  using VB = decltype(ub.view);
+  using VC = decltype(uc.view);
   detail::check_gemm_types<VA, VB, VC>();
   detail::check_space<Exec, VA>();
   detail::check_space<Exec, VB>();
   detail::check_space<Exec, VC>();
+  // From here on the user's view types are gone (see gemm_matrix): static extents have been
+  // checked above, dynamic ones are checked by check_gemm_args.
+  const auto oa = detail::as_gemm_matrix_operand(ua);
+  const auto ob = detail::as_gemm_matrix_operand(ub);
+  const auto oc = detail::as_gemm_matrix_operand(uc);
   const auto e = detail::as_epilogue(opts);
   detail::check_gemm_args("tessera::gemm", oa.view, ob.view, oc.view, e.ops);
   detail::check_gemm_scales("tessera::gemm", oa, ob, oc);
@@ -159,8 +217,7 @@ namespace detail {
 /// Matrix `i` of a rank-3 view (batch, rows, cols): the same memory, strides (s1, s2).
 template <class V>
 auto batch_matrix(const V& v, index_t i) {
-  using P = typename V::precision;
-  return TensorView<P, dextents<2>, layout_stride, typename V::memory_space>(
+  return gemm_matrix<typename V::precision, typename V::memory_space>(
       v.data() + i * v.stride(0), dextents<2>(v.extent(1), v.extent(2)),
       {v.stride(1), v.stride(2)});
 }
@@ -190,6 +247,8 @@ float gemm_batched(Algo, const Exec& exec, const TA& a_in, const TB& b_in, const
   using VC = decltype(oc.view);
   static_assert(VA::rank == 3 && VB::rank == 3 && VC::rank == 3,
                 "tessera::gemm_batched: A, B and C must be rank-3 (batch, rows, cols).");
+  if constexpr (VA::rank == 3 && VB::rank == 3 && VC::rank == 3)
+    detail::check_static_shapes<1, VA, VB, VC>();
   const auto e = detail::as_epilogue(opts);
   const index_t nb = oc.view.extent(0);
   const auto batch_ok = [&](const auto& v) {

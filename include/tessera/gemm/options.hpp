@@ -66,10 +66,6 @@ template <class T>
 struct is_scaled_view : std::false_type {};
 template <class V>
 struct is_scaled_view<scaled_view<V>> : std::true_type {};
-template <class T>
-struct is_scaled_tensor : std::false_type {};
-template <class P, class E, class L, class M>
-struct is_scaled_tensor<scaled_tensor<P, E, L, M>> : std::true_type {};
 
 namespace detail {
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 namespace tessera {
 
@@ -37,6 +38,12 @@ struct scaled_tensor {
   const Ext& extents() const noexcept { return data.extents(); }
   index_t extent(std::size_t i) const noexcept { return data.extent(i); }
 };
+
+/// True for a scaled_tensor (what gemm and conv2d accept beside Tensor and TensorView).
+template <class T>
+struct is_scaled_tensor : std::false_type {};
+template <class P, class E, class L, class M>
+struct is_scaled_tensor<scaled_tensor<P, E, L, M>> : std::true_type {};
 
 namespace detail {
 /// A per-tensor scale is usable when it is a positive, finite, normal float:

@@ -1,0 +1,549 @@
+#pragma once
+/// \file conv/detail/passes.hpp
+/// The three passes of conv2d (forward, backward-data, backward-weight) on one skeleton,
+/// run_conv_pass: direct loops, implicit GEMM or im2col + GEMM over tiles and groups; each pass
+/// is a struct that fills in the steps. Also the tile movers they share (matrix views inside a
+/// tensor, gather / scatter of multi-image tiles, bias and epilogue passes, the final rounding)
+/// and the bias gradient.
+
+#include <tessera/conv/detail/checks.hpp>
+#include <tessera/conv/detail/direct.hpp>
+#include <tessera/conv/detail/plan.hpp>
+#include <tessera/conv/im2col.hpp>
+#include <tessera/gemm/gemm.hpp>
+
+#include <array>
+#include <cstddef>
+#include <type_traits>
+
+namespace tessera::detail {
+
+/// A (rows, cols) row-major matrix view with leading dimension ld over raw storage.
+template <class P, class M>
+TensorView<P, dextents<2>, layout_stride, M> matrix_view(storage_t<P>* data, index_t rows,
+                                                         index_t cols, index_t ld) {
+  return {data, dextents<2>(rows, cols), {ld, 1}};
+}
+
+/// A GEMM epilogue op (gemm/epilogue.hpp) for output channel rows k0 + i of a convolution:
+/// epi(v + bias[k0 + i]), so the GEMM's single rounding to y's precision comes after both.
+template <bool HasBias, class BV, class Epi>
+struct conv_bias_op {
+  BV bias;
+  index_t k0 = 0;
+  Epi epi;
+  TESSERA_INLINE float operator()(float v, index_t i, index_t) const noexcept {
+    float b = 0.f;
+    if constexpr (HasBias) b = to_float(bias(k0 + i));
+    return epi(v + b);
+  }
+  void check(const char*, index_t, index_t) const {}
+};
+
+/// dst(i, j) = epi(src(i, j) + bias[k0 + i]), rounded once to dst's precision (src may alias
+/// dst).
+template <bool HasBias, class Exec, class SrcM, class DstM, class BV, class Epi>
+void bias_epilogue(const Exec& exec, const SrcM& src, const DstM& dst, const BV& bias, index_t k0,
+                   const Epi& epi) {
+  using pd = typename DstM::precision;
+  const index_t cols = dst.extent(1);
+  Kokkos::parallel_for(
+      "tessera::conv2d_forward[epilogue]", Kokkos::RangePolicy<Exec>(exec, 0, dst.extent(0)),
+      KOKKOS_LAMBDA(const index_t i) {
+        float b = 0.f;
+        if constexpr (HasBias) b = to_float(bias(k0 + i));
+        for (index_t j = 0; j < cols; ++j) dst(i, j) = from_float<pd>(epi(to_float(src(i, j)) + b));
+      });
+}
+
+/// y[n0 + j, k0 + k, tile pixels] = epi(tmp(k, image j's columns) (+ bias[k0 + k])), rounded
+/// once: the image-major tile matrix (kc, t.cols(Q)) scattered back to NCHW.
+template <bool HasBias, class Exec, class YV, class BV, class Epi>
+void scatter_tile(const Exec& exec, const float* tmp, const YV& y, const conv_tile& t, index_t k0,
+                  index_t kc, index_t Q, const BV& bias, const Epi& epi) {
+  using py = typename YV::precision;
+  auto* y0 = y.data() + t.n0 * y.stride(0) + k0 * y.stride(1) + t.p0 * Q;
+  const index_t ys0 = y.stride(0), ys1 = y.stride(1), pix = t.rows() * Q, ld = t.cols(Q);
+  Kokkos::parallel_for(
+      "tessera::conv2d_forward[scatter]", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * kc),
+      KOKKOS_LAMBDA(const index_t i) {
+        const index_t j = i / kc, k = i % kc;
+        float b = 0.f;
+        if constexpr (HasBias) b = to_float(bias(k0 + k));
+        const float* src = tmp + k * ld + j * pix;
+        auto* dst = y0 + j * ys0 + k * ys1;
+        for (index_t e = 0; e < pix; ++e) dst[e] = from_float<py>(epi(src[e] + b));
+      });
+}
+
+/// The tile's pixels of channels [k0, k0 + kc) of dy, copied into the dense image-major
+/// (kc, t.cols(Q)) matrix at out (same precision: no rounding).
+template <class Exec, class DYV>
+void gather_tile(const Exec& exec, const DYV& dy, const conv_tile& t, index_t k0, index_t kc,
+                 index_t Q, typename DYV::storage_type* out) {
+  const auto* d0 = dy.data() + t.n0 * dy.stride(0) + k0 * dy.stride(1) + t.p0 * Q;
+  const index_t ds0 = dy.stride(0), ds1 = dy.stride(1), pix = t.rows() * Q, ld = t.cols(Q);
+  Kokkos::parallel_for(
+      "tessera::conv2d[gather]", Kokkos::RangePolicy<Exec>(exec, 0, t.nb * kc),
+      KOKKOS_LAMBDA(const index_t i) {
+        const index_t j = i / kc, k = i % kc;
+        const auto* src = d0 + j * ds0 + k * ds1;
+        auto* dst = out + k * ld + j * pix;
+        for (index_t e = 0; e < pix; ++e) dst[e] = src[e];
+      });
+}
+
+/// Zeroes c fp32 planes of H rows x W (channel stride cs).
+template <class Exec>
+void zero_planes(const Exec& exec, float* img, index_t c, index_t cs, index_t H, index_t W) {
+  Kokkos::parallel_for(
+      "tessera::conv2d[zero]", Kokkos::RangePolicy<Exec>(exec, 0, c * H),
+      KOKKOS_LAMBDA(const index_t i) {
+        float* row = img + (i / H) * cs + (i % H) * W;
+        for (index_t w = 0; w < W; ++w) row[w] = 0.f;
+      });
+}
+
+/// dst (nb images of c planes, image stride ns, channel stride cs, rows of W) = the dense fp32
+/// images at src, rounded once to P.
+template <class Exec, class P>
+void store_images(const Exec& exec, const float* src, storage_t<P>* dst, index_t nb, index_t ns,
+                  index_t c, index_t cs, index_t H, index_t W) {
+  Kokkos::parallel_for(
+      "tessera::conv2d[store]", Kokkos::RangePolicy<Exec>(exec, 0, nb * c * H),
+      KOKKOS_LAMBDA(const index_t i) {
+        const float* in = src + i * W;
+        storage_t<P>* out = dst + i / (c * H) * ns + i / H % c * cs + i % H * W;
+        for (index_t w = 0; w < W; ++w) out[w] = from_float<P>(in[w]);
+      });
+}
+
+/// The skeleton of every conv2d pass (forward, backward-data, backward-weight): after an empty
+/// batch (unless the pass still has an output to write), the direct loops for one input channel
+/// per group, else the implicit GEMM where it applies (host spaces), else im2col + GEMM over the
+/// tiles of the output and, inside each tile, the groups. A Pass provides:
+///   runs_when_empty     whether an empty batch (N == 0) still runs the pass (dW = 0)
+///   direct()            conv/detail/direct.hpp's loops for one input channel per group
+///   implicit()          runs the implicit GEMM and returns true, or returns false (not taken)
+///   plan()              the tiling (conv_plan) of the im2col + GEMM path; carves its scratch
+///   tile_begin(t), group(t, g), tile_end(t)   per tile, per group g of a tile, after a tile
+///   finish()            after the last tile
+/// Each path ends with the space fenced (the implicit path fences itself).
+template <class Exec, class Pass>
+void run_conv_pass(const Exec& exec, const conv2d_problem& pb, Pass& pass) {
+  if (pb.N == 0 && !Pass::runs_when_empty) return;
+  if (pb.one_channel_per_group()) {
+    pass.direct();
+    exec.fence();
+    return;
+  }
+#if !TESSERA_DEVICE_PASS
+  if (pass.implicit()) return;
+#endif
+  const conv_plan plan = pass.plan();
+  for_each_tile(pb, plan, [&](const conv_tile& t) {
+    pass.tile_begin(t);
+    for (index_t g = 0; g < pb.G; ++g) pass.group(t, g);
+    pass.tile_end(t);
+  });
+  pass.finish();
+  exec.fence();
+}
+
+/// y = conv(x, w) (+ bias), then epi, rounded once to y's precision.
+template <class Exec, class XV, class WV, class BV, class YV, class M, class Epi>
+struct forward_pass {
+  using px = typename XV::precision;
+  using pw = typename WV::precision;
+  using py = typename YV::precision;
+  static constexpr bool runs_when_empty = false;
+  static constexpr bool has_bias = !std::is_same_v<BV, no_bias_t>;
+  static constexpr bool post = has_bias || !std::is_same_v<Epi, no_epilogue>; // after the GEMM
+  // An fp32 y gets the bias and epilogue in a pass over y (vectorised; the GEMM applies epilogue
+  // ops one element at a time, 8% slower for a 1x1 layer with K/groups = 64 rows). A
+  // low-precision y must be rounded once: the bias and epilogue are fused into the GEMM's store
+  // when the epilogue can be an op of a tessera::epilogue (default-constructible and assignable:
+  // not a lambda), else y goes through the fp32 tile.
+  static constexpr bool fuse = !std::is_same_v<py, fp32> && std::is_default_constructible_v<Epi> &&
+                               std::is_copy_assignable_v<Epi>;
+
+  const Exec& exec;
+  const XV& x;
+  const WV& w;
+  const BV& bias;
+  const YV& y;
+  const conv2d_problem& pb;
+  conv2d_workspace<M>& ws;
+  float alpha;
+  const Epi& epi;
+  // Set by plan().
+  index_t crs = 0;
+  bool col_needed = false, direct_out = false;
+  storage_t<px>* col = nullptr;
+  float* out = nullptr;
+
+  void direct() const { direct_cg1_forward<has_bias>(exec, x, w, bias, y, pb.prm, alpha, epi); }
+
+  bool implicit() const {
+#if !TESSERA_DEVICE_PASS
+    if constexpr (implicit_capable_v<Exec, px, pw>) {
+      if (use_implicit(pb, pb.Kg, crs_of(pb, pb.Cg))) {
+        // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
+        const index_t Kg = pb.Kg, ws0 = w.stride(0);
+        run_implicit(
+            exec, forward_geometry(pb, alpha), x, w, y, ws,
+            [=](const auto* wd, index_t gi, index_t kk, index_t j) {
+              return to_float(wd[(gi * Kg + j) * ws0 + kk]);
+            },
+            [&](index_t k, float v) {
+              float b = 0.f;
+              if constexpr (has_bias) b = to_float(bias(k));
+              return from_float<py>(epi(v + b));
+            });
+        return true;
+      }
+    }
+#endif
+    return false;
+  }
+
+  // Tiles of one image are matrices inside x and y; tiles of several images are gathered into
+  // columns (im2col, also for 1x1) and scattered back from an fp32 tile.
+  conv_plan plan() {
+    crs = pb.Cg * pb.R * pb.S;
+    const std::size_t xe = sizeof(storage_t<px>);
+    const auto p = plan_tiles(pb, ws.column_budget(), crs * pb.Q, xe);
+    col_needed = !(pb.pointwise() && p.images == 1);
+    direct_out = p.images == 1 && (fuse || !post || std::is_same_v<py, fp32>);
+    const index_t maxc = p.max_cols(pb.Q);
+    const auto [col_mem, out_mem] =
+        carve<2>(ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
+                      direct_out ? 0 : static_cast<std::size_t>(pb.Kg * maxc) * 4});
+    col = reinterpret_cast<storage_t<px>*>(col_mem);
+    out = reinterpret_cast<float*>(out_mem);
+    return p;
+  }
+  void tile_begin(const conv_tile&) const {}
+  void group(const conv_tile& t, index_t g) const {
+    const index_t Kg = pb.Kg, Cg = pb.Cg, Q = pb.Q, cols = t.cols(Q);
+    const gemm_options opts{.alpha = alpha, .beta = 0.f};
+    const auto wg = matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0));
+    auto b = matrix_view<px, M>(col, crs, cols, cols);
+    if (col_needed) {
+      im2col_tile(exec, x, t, g * Cg, Cg, pb.R, pb.S, Q, pb.prm, col);
+    } else {
+      b = matrix_view<px, M>(x.data() + t.n0 * x.stride(0) + g * Cg * x.stride(1) + t.p0 * pb.W, Cg,
+                             cols, x.stride(1));
+    }
+    if (direct_out) {
+      const auto yt = matrix_view<py, M>(
+          y.data() + t.n0 * y.stride(0) + g * Kg * y.stride(1) + t.p0 * Q, Kg, cols, y.stride(1));
+      if constexpr (post && fuse) {
+        gemm(exec, wg, b, yt,
+             epilogue<conv_bias_op<has_bias, BV, Epi>>{
+                 .alpha = alpha, .beta = 0.f, .ops = {{bias, g * Kg, epi}}});
+      } else {
+        gemm(exec, wg, b, yt, opts);
+        if constexpr (post) bias_epilogue<has_bias>(exec, yt, yt, bias, g * Kg, epi);
+      }
+    } else {
+      gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
+      scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias, epi);
+    }
+  }
+  void tile_end(const conv_tile&) const {}
+  void finish() const {}
+};
+
+/// dx = the transposed convolution of dy with w, accumulated in fp32, rounded once to dx's
+/// precision.
+template <class Exec, class DYV, class WV, class DXV, class M>
+struct backward_data_pass {
+  using pdy = typename DYV::precision;
+  using pw = typename WV::precision;
+  using pdx = typename DXV::precision;
+  static constexpr bool runs_when_empty = false;
+  static constexpr bool dx_f32 = std::is_same_v<pdx, fp32>;
+
+  const Exec& exec;
+  const DYV& dy;
+  const WV& w;
+  const DXV& dx;
+  const conv2d_problem& pb;
+  conv2d_workspace<M>& ws;
+  float alpha;
+  // Set by plan().
+  index_t crs = 0;
+  bool single = false, direct_dy = false;
+  float* dcol = nullptr;
+  storage_t<pdy>* dyg = nullptr;
+  float* img = nullptr;
+  // Set by tile_begin(): the fp32 accumulation target, dx itself or dense scratch images.
+  float* target = nullptr;
+  index_t tns = 0, tcs = 0;
+
+  void direct() const { direct_cg1_backward_data(exec, dy, w, dx, pb.prm, alpha); }
+
+  bool implicit() const {
+#if !TESSERA_DEVICE_PASS
+    if constexpr (implicit_capable_v<Exec, pdy, pw>) {
+      if (pb.prm.stride_h == 1 && pb.prm.stride_w == 1 &&
+          use_implicit(pb, pb.Cg, crs_of(pb, pb.Kg))) {
+        // Tap kk = (k, r, s) reads w[k, j, R-1-r, S-1-s]: offset (R*S - 1 - (r*S + s)) in the
+        // row-major (R, S) plane of input channel j, planes R*S apart.
+        const index_t Kg = pb.Kg, ws0 = w.stride(0), RS = pb.R * pb.S;
+        run_implicit(
+            exec, backward_data_geometry(pb, alpha), dy, w, dx, ws,
+            [=](const auto* wd, index_t gi, index_t kk, index_t j) {
+              const index_t k = kk / RS, t = kk - k * RS;
+              return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);
+            },
+            [](index_t, float v) { return from_float<pdx>(v); });
+        return true;
+      }
+    }
+#endif
+    return false;
+  }
+
+  /// W_g^T (CRS, Kg) of group g.
+  auto wg_t(index_t g) const {
+    return transpose(
+        matrix_view<pw, M>(w.data() + g * pb.Kg * w.stride(0), pb.Kg, crs, w.stride(0)));
+  }
+  /// One image's tile of dy, in place.
+  auto dy_view(const conv_tile& t, index_t g) const {
+    return matrix_view<pdy, M>(dy.data() + t.n0 * dy.stride(0) + g * pb.Kg * dy.stride(1) +
+                                   t.p0 * pb.Q,
+                               pb.Kg, t.cols(pb.Q), dy.stride(1));
+  }
+
+  // 1x1 stride 1 unpadded: one whole image per tile, dx[n, g] (Cg, H*W) = W_g^T dy[n, g] with
+  // no columns and one rounding. Otherwise dcol = W_g^T dy tile in fp32, col2im'd into dx (or
+  // into fp32 scratch images for a low-precision dx, rounded once when an image is complete).
+  conv_plan plan() {
+    crs = pb.Cg * pb.R * pb.S;
+    if (pb.pointwise()) return {1, pb.P};
+    const auto p = plan_tiles(pb, ws.column_budget(), crs * pb.Q, 4);
+    single = p.rows >= pb.P; // whole images per tile: col2im overwrites
+    direct_dy = p.images == 1;
+    const index_t maxc = p.max_cols(pb.Q);
+    const auto [dcol_mem, dyg_mem, img_mem] = carve<3>(
+        ws, {static_cast<std::size_t>(crs * maxc) * 4,
+             direct_dy ? 0 : static_cast<std::size_t>(pb.Kg * maxc) * sizeof(storage_t<pdy>),
+             dx_f32 ? 0 : static_cast<std::size_t>(p.images * pb.C * pb.H * pb.W) * 4});
+    dcol = reinterpret_cast<float*>(dcol_mem);
+    dyg = reinterpret_cast<storage_t<pdy>*>(dyg_mem);
+    img = reinterpret_cast<float*>(img_mem);
+    return p;
+  }
+  void tile_begin(const conv_tile& t) {
+    if (pb.pointwise()) return;
+    target = img;
+    tns = pb.C * pb.H * pb.W, tcs = pb.H * pb.W;
+    if constexpr (dx_f32) {
+      target = dx.data() + t.n0 * dx.stride(0);
+      tns = dx.stride(0), tcs = dx.stride(1);
+    }
+    if (!single && t.p0 == 0) zero_planes(exec, target, pb.C, tcs, pb.H, pb.W); // nb == 1 here
+  }
+  void group(const conv_tile& t, index_t g) const {
+    const index_t Kg = pb.Kg, Cg = pb.Cg, Q = pb.Q, cols = t.cols(Q);
+    const gemm_options opts{.alpha = alpha, .beta = 0.f};
+    if (pb.pointwise()) {
+      gemm(exec, wg_t(g), dy_view(t, g),
+           matrix_view<pdx, M>(dx.data() + t.n0 * dx.stride(0) + g * Cg * dx.stride(1), Cg,
+                               pb.H * pb.W, dx.stride(1)),
+           opts);
+      return;
+    }
+    auto dyt = matrix_view<pdy, M>(dyg, Kg, cols, cols);
+    if (direct_dy) {
+      dyt = dy_view(t, g);
+    } else {
+      gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
+    }
+    gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
+    col2im_tile(exec, dcol, t, Cg, pb.R, pb.S, Q, pb.prm, target + g * Cg * tcs, tns, tcs, pb.H,
+                pb.W, !single);
+  }
+  void tile_end(const conv_tile& t) const {
+    if constexpr (!dx_f32)
+      if (!pb.pointwise() && t.p1 == pb.P)
+        store_images<Exec, pdx>(exec, img, dx.data() + t.n0 * dx.stride(0), t.nb, dx.stride(0),
+                                pb.C, dx.stride(1), pb.H, pb.W);
+  }
+  void finish() const {}
+};
+
+/// dW_g (Kg, CRS) = sum over the tiles of dy tile (Kg, t) * col^T, accumulated in fp32 (in dw
+/// itself when it is fp32), rounded once to dw's precision.
+template <class Exec, class XV, class DYV, class DWV, class M>
+struct backward_weight_pass {
+  using px = typename XV::precision;
+  using pdy = typename DYV::precision;
+  using pdw = typename DWV::precision;
+  static constexpr bool runs_when_empty = true; // dw = 0
+  static constexpr bool dw_f32 = std::is_same_v<pdw, fp32>;
+
+  const Exec& exec;
+  const XV& x;
+  const DYV& dy;
+  const DWV& dw;
+  const conv2d_problem& pb;
+  conv2d_workspace<M>& ws;
+  float alpha;
+  // Set by plan().
+  index_t crs = 0, ld = 0;
+  bool col_needed = false, direct_dy = false;
+  storage_t<px>* col = nullptr;
+  storage_t<pdy>* dyg = nullptr;
+  float* target = nullptr; // fp32 accumulation of dW over tiles
+
+  void direct() const { direct_cg1_backward_weight(exec, x, dy, dw, pb.prm, alpha); }
+
+  bool implicit() const {
+#if !TESSERA_DEVICE_PASS
+    if constexpr (implicit_capable_v<Exec, fp32, fp32>) {
+      // fp32 x and dy run the implicit path as they are. Low-precision ones only with a
+      // reduction C/groups*R*S under 16 (a first layer: 1 x 3 x 3), where the GEMM dW = dy col^T
+      // is too thin for the low-precision kernels and decodes every element in the direct loop
+      // (1 GFLOP/s for fp8): they are widened to fp32 (exact), the same products 10-25x faster.
+      constexpr bool native = implicit_capable_v<Exec, px, pdy>;
+      const bool widen =
+          !native && crs_of(pb, pb.Cg) < 16 && x.is_contiguous() && dy.is_contiguous();
+      if (pb.N > 0 && pb.Kg >= implicit_min_channels && (native || widen)) {
+        namespace ic = implicit_conv;
+        const auto g = forward_geometry(pb, alpha);
+        const std::size_t nx = native ? 0 : static_cast<std::size_t>(x.size());
+        const std::size_t ndy = native ? 0 : static_cast<std::size_t>(dy.size());
+        const auto [x_mem, dy_mem, s_mem] =
+            carve<3>(ws, {nx * 4, ndy * 4,
+                          static_cast<std::size_t>(ic::weight_parts(exec, g)) *
+                              ic::weight_scratch_floats(g) * 4});
+        const float* xin;
+        const float* dyin;
+        std::array<index_t, 3> xs{x.stride(0), x.stride(1), x.stride(2)};
+        std::array<index_t, 2> dys{dy.stride(0), dy.stride(1)};
+        if constexpr (native) {
+          xin = x.data();
+          dyin = dy.data();
+        } else { // contiguous copies
+          auto* xf = reinterpret_cast<float*>(x_mem);
+          auto* dyf = reinterpret_cast<float*>(dy_mem);
+          convert_host_chunks<fp32, overflow_to_inf_nan>(exec, x.data(), xf, x.size());
+          convert_host_chunks<fp32, overflow_to_inf_nan>(exec, dy.data(), dyf, dy.size());
+          xin = xf, dyin = dyf;
+        }
+        // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
+        const index_t ws0 = dw.stride(0);
+        auto* dwd = dw.data();
+        ic::run_weight(exec, g, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1],
+                       reinterpret_cast<float*>(s_mem), [=](index_t k, index_t kk, float v) {
+                         dwd[k * ws0 + kk] = from_float<pdw>(v);
+                       });
+        exec.fence();
+        return true;
+      }
+    }
+#endif
+    return false;
+  }
+
+  conv_plan plan() {
+    crs = pb.Cg * pb.R * pb.S;
+    const std::size_t xe = sizeof(storage_t<px>);
+    const auto p = plan_tiles(pb, ws.column_budget(), crs * pb.Q, xe);
+    col_needed = !(pb.pointwise() && p.images == 1);
+    direct_dy = p.images == 1;
+    const index_t maxc = p.max_cols(pb.Q);
+    const auto [col_mem, dyg_mem, acc_mem] = carve<3>(
+        ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
+             direct_dy ? 0 : static_cast<std::size_t>(pb.Kg * maxc) * sizeof(storage_t<pdy>),
+             dw_f32 ? 0 : static_cast<std::size_t>(pb.K * crs) * 4});
+    col = reinterpret_cast<storage_t<px>*>(col_mem);
+    dyg = reinterpret_cast<storage_t<pdy>*>(dyg_mem);
+    target = reinterpret_cast<float*>(acc_mem);
+    ld = crs;
+    if constexpr (dw_f32) { // accumulate straight into dw
+      target = dw.data();
+      ld = dw.stride(0);
+    }
+    if (pb.N == 0) zero_planes(exec, target, pb.K, ld, 1, crs);
+    return p;
+  }
+  void tile_begin(const conv_tile&) const {}
+  void group(const conv_tile& t, index_t g) const {
+    const index_t Kg = pb.Kg, Cg = pb.Cg, Q = pb.Q, cols = t.cols(Q);
+    auto b = matrix_view<px, M>(col, crs, cols, cols);
+    if (col_needed) {
+      im2col_tile(exec, x, t, g * Cg, Cg, pb.R, pb.S, Q, pb.prm, col);
+    } else {
+      b = matrix_view<px, M>(x.data() + t.n0 * x.stride(0) + g * Cg * x.stride(1) + t.p0 * pb.W, Cg,
+                             cols, x.stride(1));
+    }
+    auto dyt = matrix_view<pdy, M>(dyg, Kg, cols, cols);
+    if (direct_dy) {
+      dyt = matrix_view<pdy, M>(dy.data() + t.n0 * dy.stride(0) + g * Kg * dy.stride(1) + t.p0 * Q,
+                                Kg, cols, dy.stride(1));
+    } else {
+      gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
+    }
+    const float beta = t.n0 == 0 && t.p0 == 0 ? 0.f : 1.f; // the first tile overwrites
+    gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
+         gemm_options{.alpha = alpha, .beta = beta});
+  }
+  void tile_end(const conv_tile&) const {}
+  void finish() const {
+    if constexpr (!dw_f32)
+      store_images<Exec, pdw>(exec, target, dw.data(), 1, 0, pb.K, dw.stride(0), 1, crs);
+  }
+};
+
+template <class Exec, class XV, class WV, class BV, class YV, class M, class Epi>
+void conv2d_forward_impl(const Exec& exec, const XV& x, const WV& w, const BV& bias, const YV& y,
+                         const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha,
+                         const Epi& epi) {
+  check_workspace_space<XV, M>();
+  forward_pass<Exec, XV, WV, BV, YV, M, Epi> pass{exec, x, w, bias, y, pb, ws, alpha, epi};
+  run_conv_pass(exec, pb, pass);
+}
+
+template <class Exec, class DYV, class WV, class DXV, class M>
+void conv2d_backward_data_impl(const Exec& exec, const DYV& dy, const WV& w, const DXV& dx,
+                               const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
+  check_workspace_space<DXV, M>();
+  backward_data_pass<Exec, DYV, WV, DXV, M> pass{exec, dy, w, dx, pb, ws, alpha};
+  run_conv_pass(exec, pb, pass);
+}
+
+template <class Exec, class XV, class DYV, class DWV, class M>
+void conv2d_backward_weight_impl(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
+                                 const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha) {
+  check_workspace_space<XV, M>();
+  backward_weight_pass<Exec, XV, DYV, DWV, M> pass{exec, x, dy, dw, pb, ws, alpha};
+  run_conv_pass(exec, pb, pass);
+}
+
+/// dbias[k] = alpha * sum over n, p, q of dy[n, k, p, q]; each (n, p) row of Q is summed first,
+/// so the fp32 error grows with Q + N*P rather than N*P*Q.
+template <class Exec, class DYV, class DBV>
+void conv2d_bias_grad(const Exec& exec, const DYV& dy, const DBV& db, float alpha) {
+  using pb = typename DBV::precision;
+  const index_t N = dy.extent(0), P = dy.extent(2), Q = dy.extent(3);
+  Kokkos::parallel_for(
+      "tessera::conv2d_backward_weight[bias]", Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(1)),
+      KOKKOS_LAMBDA(const index_t k) {
+        float acc = 0.f;
+        for (index_t n = 0; n < N; ++n)
+          for (index_t p = 0; p < P; ++p) {
+            float row = 0.f;
+            for (index_t q = 0; q < Q; ++q) row += to_float(dy(n, k, p, q));
+            acc += row;
+          }
+        db(k) = from_float<pb>(alpha * acc);
+      });
+  exec.fence();
+}
+
+} // namespace tessera::detail
