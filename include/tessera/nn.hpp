@@ -7,6 +7,7 @@
 
 #include <tessera/nn/activation.hpp>
 #include <tessera/nn/conv2d.hpp>
+#include <tessera/nn/embedding.hpp>
 #include <tessera/nn/flatten.hpp>
 #include <tessera/nn/input.hpp>
 #include <tessera/nn/layer.hpp>

@@ -271,3 +271,59 @@ TEST_CASE("nn::SoftmaxCrossEntropy: stable for huge logits, bf16 logits, bad lab
   CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, labels_view({-1, 0})), value_error);
   CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, labels_view({0})), shape_error);
 }
+
+TEST_CASE("nn::SoftmaxCrossEntropy on sequences: logits (B, t, V), labels (B, t), mean over B t",
+          "[nn][loss]") {
+  std::mt19937_64 g(24);
+  for (int rep = 0; rep < 6; ++rep) {
+    const index_t B = 1 + index_t(g() % 4), t = 1 + index_t(g() % 9), V = 1 + index_t(g() % 11);
+    INFO("B " << B << ", t " << t << ", V " << V);
+    const auto l = uniform_values(static_cast<std::size_t>(B * t * V), g(), -4, 4);
+    std::vector<int> y(static_cast<std::size_t>(B * t));
+    for (auto& e : y) e = static_cast<int>(g() % static_cast<std::uint64_t>(V));
+    Kokkos::View<std::int32_t**> yv("labels", std::size_t(B), std::size_t(t));
+    for (index_t b = 0; b < B; ++b)
+      for (index_t i = 0; i < t; ++i) yv(b, i) = y[static_cast<std::size_t>(b * t + i)];
+    Kokkos::View<const std::int32_t**> yc = yv;
+    nn::SoftmaxCrossEntropy ce, flat;
+    const auto logits = tensor_from<fp32>(l, dextents<3>(B, t, V));
+    const auto [loss, d] = ce.forward_backward(exec_space(), logits, yc, 2.f);
+    static_assert(std::remove_cvref_t<decltype(d)>::extents_type::rank == 3);
+    // The reference: the mean over the B t rows of the flattened problem, in double.
+    const double want = reference_ce(l, y, V);
+    const double row_bound = double(V + 4) * u32 * (8 + std::log(double(V)) + 1);
+    CHECK(std::abs(loss - want) <= row_bound + u32 * std::abs(want));
+    CHECK(ce.forward(exec_space(), logits, yc) == loss);
+    // dlogits: exactly those of the (B t, V) form (the same per-row arithmetic, divided by B t).
+    const auto [lf, df] = flat.forward_backward(
+        exec_space(), tensor_from<fp32>(l, dextents<2>(B * t, V)), labels_view(y), 2.f);
+    CHECK(to_doubles(d) == to_doubles(df));
+    CHECK(std::abs(lf - loss) <= row_bound + u32 * std::abs(want));
+  }
+  // Errors: labels of another shape, out of range (nothing written), the wrong rank.
+  nn::SoftmaxCrossEntropy ce;
+  const auto logits = tensor_from<fp32>(uniform_values(2 * 3 * 4, 5), dextents<3>(2, 3, 4));
+  Kokkos::View<std::int32_t**> short_t("labels", 2, 2), bad("labels", 2, 3);
+  CHECK_THROWS_AS(ce.forward(exec_space(), logits, short_t), shape_error);
+  bad(1, 2) = 4;
+  CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, bad), value_error);
+  bad(1, 2) = -1;
+  CHECK_THROWS_AS(ce.forward_backward(exec_space(), logits, bad), value_error);
+}
+
+TEST_CASE("nn::GELU on (B, t, D): gradients match finite differences", "[nn][activation]") {
+  nn::GELU gelu;
+  const auto xv = uniform_values(3 * 5 * 8, 61, -3, 3);
+  auto x = tensor_from<fp32>(xv, extents<dyn, dyn, 8>(3, 5));
+  const auto y = gelu.forward(exec_space(), x);
+  static_assert(std::is_same_v<decltype(y)::extents_type, extents<dyn, dyn, 8>>);
+  const auto yh = to_doubles(y);
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    CHECK(std::abs(yh[i] - xv[i] * 0.5 * (1 + std::erf(xv[i] / std::sqrt(2.0)))) <=
+          8 * u32 * std::abs(xv[i]) + 1e-7);
+  const auto r = uniform_values(xv.size(), 62);
+  const auto dx = to_host(gelu.backward(exec_space(), tensor_from<fp32>(r, y.extents())));
+  check_tensor_gradient(
+      "GELU (B, t, D) dx", x, dx, [&] { return dot(gelu.forward(exec_space(), x), r); }, 0.01f,
+      elementwise_noise, 63);
+}

@@ -31,6 +31,48 @@ void linear_gradients(index_t B, std::uint64_t seed) {
   check_tensor_gradient("db", fc.bias().value, db, loss, h, noise(B), seed + 5);
 }
 
+/// Linear on (B, t, In): gradients against finite differences (as linear_gradients), and the
+/// output equal, element for element, to the rank-2 forward of the same rows (B t, In).
+template <index_t In, index_t Out, class XE>
+void linear3_gradients(const XE& xe, std::uint64_t seed) {
+  INFO("Linear<" << In << ", " << Out << "> on " << shape_string(xe) << ", seed " << seed);
+  nn::Linear<In, Out> fc(seed);
+  const index_t rows = xe.size() / In;
+  const auto xv = uniform_values(static_cast<std::size_t>(xe.size()), seed + 1);
+  auto x = tensor_from<fp32>(xv, xe);
+  const auto y = fc.forward(exec_space(), x);
+  static_assert(decltype(y)::extents_type::rank == 3);
+  static_assert(decltype(y)::extents_type::static_extent(1) == XE::static_extent(1));
+  REQUIRE(y.extent(0) == xe.extent(0));
+  REQUIRE(y.extent(1) == xe.extent(1));
+  REQUIRE(y.extent(2) == Out);
+  const auto y3 = to_doubles(y);
+  const auto y2 =
+      to_doubles(fc.forward(exec_space(), tensor_from<fp32>(xv, extents<dyn, In>(rows))));
+  CHECK(y3 == y2);
+  (void)fc.forward(exec_space(), x);
+  const auto r = uniform_values(static_cast<std::size_t>(rows * Out), seed + 2);
+  const auto dxt = fc.backward(exec_space(), tensor_from<fp32>(r, y.extents()));
+  static_assert(decltype(dxt)::extents_type::rank == 3);
+  REQUIRE(dxt.extent(0) == xe.extent(0));
+  REQUIRE(dxt.extent(1) == xe.extent(1));
+  REQUIRE(dxt.extent(2) == In);
+  const auto dx = to_host(dxt);
+  const auto dw = to_host(fc.weight().grad);
+  const auto db = to_host(fc.bias().grad);
+  // A dy of the other rank, or of another t, is refused.
+  CHECK_THROWS_AS(fc.backward(exec_space(), tensor_from<fp32>(r, extents<dyn, Out>(rows))),
+                  shape_error);
+  const auto loss = [&] { return dot(fc.forward(exec_space(), x), r); };
+  const float h = 0.125f;
+  const double wmax = 1.0 / std::sqrt(double(In)) + h, k = In + 1;
+  const double A = In * (1.0 + h) * wmax + wmax;
+  const auto noise = [&](double changed) { return 2 * changed * k * u32 * A / (2 * h); };
+  check_tensor_gradient("dx", x, dx, loss, h, noise(Out), seed + 3);
+  check_tensor_gradient("dW", fc.weight().value, dw, loss, h, noise(double(rows)), seed + 4);
+  check_tensor_gradient("db", fc.bias().value, db, loss, h, noise(double(rows)), seed + 5);
+}
+
 template <index_t C, index_t K, index_t R, nn::conv_options O>
 void conv_gradients(index_t B, index_t H, index_t W, std::uint64_t seed) {
   INFO("Conv2d<" << C << ", " << K << ", " << R << ", stride " << O.stride << " pad " << O.pad
@@ -68,6 +110,26 @@ TEST_CASE("nn::Linear fp32: gradients match finite differences", "[nn][linear]")
     linear_gradients<13, 29>(B, s + 20);
     linear_gradients<128, 10>(B, s + 30);
   }
+}
+
+TEST_CASE("nn::Linear fp32 on (B, t, In): rows of one product, gradients match finite "
+          "differences",
+          "[nn][linear]") {
+  static_assert(nn::Linear<4, 6>::accepts<extents<dyn, dyn, 4>>);
+  static_assert(nn::Linear<4, 6>::accepts<extents<dyn, 5, 4>>);
+  static_assert(!nn::Linear<4, 6>::accepts<extents<dyn, 5, 3>>);
+  static_assert(!nn::Linear<4, 6>::accepts<dextents<4>>);
+  static_assert(
+      std::is_same_v<nn::Linear<4, 6>::output_extents<extents<dyn, 5, 4>>, extents<dyn, 5, 6>>);
+  static_assert(
+      std::is_same_v<nn::Linear<4, 6>::output_extents<dextents<3>>, extents<dyn, dyn, 6>>);
+  static_assert(std::is_same_v<nn::Linear<4, 6>::output_extents<extents<dyn, 4>>, extents<dyn, 6>>);
+  linear3_gradients<7, 3>(extents<dyn, dyn, 7>(2, 5), 101);
+  linear3_gradients<13, 29>(extents<dyn, 3, 13>(4), 102);
+  linear3_gradients<1, 1>(dextents<3>(1, 1, 1), 103);
+  linear3_gradients<32, 96>(extents<dyn, dyn, 32>(3, 7), 104);
+  nn::Linear<4, 6> fc(1);
+  CHECK_THROWS_AS(fc.forward(exec_space(), Tensor<fp32, dextents<3>>("x", 2, 3, 5)), shape_error);
 }
 
 TEST_CASE("nn::Conv2d fp32: gradients match finite differences", "[nn][conv]") {

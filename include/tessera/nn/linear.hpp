@@ -1,7 +1,9 @@
 #pragma once
 /// \file nn/linear.hpp
 /// nn::Linear<In, Out, Prec>: y = x W^T + b, x (B, In), W (Out, In), b (Out), y (B, Out); the
-/// batch B is dynamic, everything else static. PyTorch's nn.Linear, with explicit passes:
+/// batch B is dynamic, everything else static. x may also be (B, t, In) (a batch of sequences):
+/// the leading dimensions are rows of one product and y is (B, t, Out). PyTorch's nn.Linear,
+/// with explicit passes:
 ///
 ///   tessera::nn::Linear<784, 128> fc(/*seed=*/1);        // PyTorch's default init
 ///   auto y = fc.forward(exec, x);                         // (B, 128), keeps x for backward
@@ -22,6 +24,7 @@
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/tuple.hpp>
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -44,12 +47,26 @@ public:
   /// The input shape this layer fixes (Sequential starts from it when Linear comes first).
   using input_extents = extents<dyn, In>;
 
-  /// True for inputs (B, In): what Sequential checks at compile time.
+  /// True for inputs (B, In) and (B, t, In): what Sequential checks at compile time.
   template <class InExt>
-  static constexpr bool accepts = InExt::rank == 2 &&
-                                  (InExt::static_extent(1) == In || InExt::static_extent(1) == dyn);
+  static constexpr bool accepts = (InExt::rank == 2 || InExt::rank == 3) &&
+                                  (InExt::static_extent(InExt::rank - 1) == In ||
+                                   InExt::static_extent(InExt::rank - 1) == dyn);
+
+private:
+  template <class Ext, index_t F>
+  struct rows_of {
+    using type = extents<dyn, F>;
+  };
+  template <index_t E0, index_t E1, index_t E2, index_t F>
+  struct rows_of<extents<E0, E1, E2>, F> {
+    using type = extents<dyn, E1, F>;
+  };
+
+public:
+  /// (B, Out) for (B, In); (B, t, Out) for (B, t, In), t keeping its static extent if any.
   template <class InExt>
-  using output_extents = extents<dyn, Out>;
+  using output_extents = typename rows_of<InExt, Out>::type;
   /// nn/layer.hpp: parallel/ splits it by output (column) or input (row) features; 2 In Out
   /// FLOPs per sample (a multiply and an add per weight).
   static constexpr split_kind tensor_split = split_kind::splittable;
@@ -81,18 +98,21 @@ public:
         boost::hana::make_tuple(w_cast_.fp8_states(), x_cast_.fp8_states(), dy_cast_.fp8_states()));
   }
 
-  /// y = x W^T + b. x: (B, In), any precision; kept (as the compute copy) for backward.
-  /// `reduce` (detail::no_reduction) is applied to the fp32 products before the bias.
+  /// y = x W^T + b. x: (B, In) or (B, t, In), any precision; kept (as the compute copy) for
+  /// backward. `reduce` (detail::no_reduction) is applied to the fp32 products before the bias.
   template <class Exec, class XP, class XE, class R = detail::no_reduction>
-  Tensor<activation_precision, extents<dyn, Out>, layout_right, M>
+  Tensor<activation_precision, output_extents<XE>, layout_right, M>
   forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x_in, const R& reduce = {}) {
-    static_assert(accepts<XE>, "tessera::nn::Linear::forward: the input must be (B, In).");
-    if (x_in.extent(1) != In)
+    static_assert(accepts<XE>,
+                  "tessera::nn::Linear::forward: the input must be (B, In) or (B, t, In).");
+    constexpr std::size_t r = XE::rank;
+    if (x_in.extent(r - 1) != In)
       throw shape_error("tessera::nn::Linear<" + std::to_string(In) + ", " + std::to_string(Out) +
                         ">::forward: x has shape " + shape_string(x_in.extents()) +
-                        "; it must be (B, " + std::to_string(In) + ")");
-    const auto x = reshape<extents<dyn, In>>(x_in, x_in.extent(0));
-    const index_t B = x.extent(0);
+                        "; it must be (B, " + std::to_string(In) + ") or (B, t, " +
+                        std::to_string(In) + ")");
+    const index_t B = x_in.size() / In; // rows: B, or B t
+    const auto x = reshape<extents<dyn, In>>(x_in, B);
     w_ = w_cast_(exec, weight_.value);
     x_ = x_cast_(exec, x);
     auto y = y_.get(extents<dyn, Out>(B));
@@ -119,21 +139,37 @@ public:
         });
     exec.fence();
     batch_ = B;
-    return y;
+    lead_ = {x_in.extent(0), r == 3 ? x_in.extent(1) : 1};
+    rank_ = r;
+    std::array<index_t, r> oe{};
+    for (std::size_t i = 0; i + 1 < r; ++i) oe[i] = x_in.extent(i);
+    oe[r - 1] = Out;
+    return Tensor<activation_precision, output_extents<XE>, layout_right, M>(
+        y.kokkos_view(), output_extents<XE>::from_all(oe));
   }
 
-  /// From dy = dL/dy (B, Out) of the last forward: writes dL/dW and dL/db into the parameters'
-  /// grad and returns dx = dL/dx (B, In) in activation_precision (an empty tensor when
-  /// need_dx is false, e.g. for a first layer). `reduce` (detail::no_reduction) is applied to
-  /// the fp32 sums of dx before they are rounded to activation_precision.
+  /// From dy = dL/dy (B, Out) or (B, t, Out) of the last forward: writes dL/dW and dL/db into
+  /// the parameters' grad and returns dx = dL/dx (B, In) or (B, t, In) in activation_precision
+  /// (an empty tensor when need_dx is false, e.g. for a first layer). `reduce`
+  /// (detail::no_reduction) is applied to the fp32 sums of dx before they are rounded to
+  /// activation_precision.
   template <class Exec, class DP, class DE, class R = detail::no_reduction>
-  Tensor<activation_precision, extents<dyn, In>, layout_right, M>
+  Tensor<activation_precision, typename rows_of<DE, In>::type, layout_right, M>
   backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy_in, bool need_dx = true,
            const R& reduce = {}) {
-    static_assert(DE::rank == 2, "tessera::nn::Linear::backward: dy must be (B, Out).");
+    static_assert(DE::rank == 2 || DE::rank == 3,
+                  "tessera::nn::Linear::backward: dy must be (B, Out) or (B, t, Out).");
+    using dx_extents = typename rows_of<DE, In>::type;
     if (batch_ < 0) throw value_error("tessera::nn::Linear::backward: called before forward");
-    detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
-                            std::array<index_t, 2>{batch_, Out});
+    if (DE::rank != rank_)
+      throw shape_error("tessera::nn::Linear::backward: dy has rank " + std::to_string(DE::rank) +
+                        " but the last forward's output has rank " + std::to_string(rank_));
+    if constexpr (DE::rank == 2)
+      detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
+                              std::array<index_t, 2>{batch_, Out});
+    else
+      detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
+                              std::array<index_t, 3>{lead_[0], lead_[1], Out});
     const auto dy = reshape<extents<dyn, Out>>(dy_in, batch_);
     const index_t B = batch_;
     const auto dq = dy_cast_(exec, dy);
@@ -155,6 +191,11 @@ public:
     // dx (B, In) = dy (B, Out) W (Out, In); through an fp32 scratch when it is reduced and
     // stored in a lower precision (one rounding, after the reduction).
     auto dx = dx_.get(extents<dyn, In>(B));
+    std::array<index_t, DE::rank> de{};
+    for (std::size_t i = 0; i + 1 < DE::rank; ++i) de[i] = dy_in.extent(i);
+    de[DE::rank - 1] = In;
+    const Tensor<activation_precision, dx_extents, layout_right, M> dx_out(
+        dx.kokkos_view(), dx_extents::from_all(de));
     const gemm_options o{.alpha = dq.scale_inv * w_.scale_inv, .beta = 0.f};
     if constexpr (!detail::reduces<R>) {
       gemm(exec, dq.t, w_.t, dx, o);
@@ -167,7 +208,7 @@ public:
       reduce(exec, sums.data(), sums.size());
       convert_into(exec, dx, sums);
     }
-    return dx;
+    return dx_out;
   }
 
 private:
@@ -180,7 +221,9 @@ private:
   detail::buffer<fp32> acc_, dx_sums_;
   detail::operand<wop, weight_extents> w_;
   detail::operand<wop, extents<dyn, In>> x_;
-  index_t batch_ = -1;
+  index_t batch_ = -1;            // rows of the last forward (B, or B t)
+  std::array<index_t, 2> lead_{}; // its leading extents (B, t); t = 1 for rank 2
+  std::size_t rank_ = 0;          // its input's rank
 };
 
 } // namespace tessera::nn

@@ -1,7 +1,10 @@
 #pragma once
 /// \file nn/loss.hpp
 /// nn::SoftmaxCrossEntropy: the mean over the batch of -log softmax(logits)[label], and its
-/// gradient, in one pass (torch.nn.CrossEntropyLoss with the default mean reduction).
+/// gradient, in one pass (torch.nn.CrossEntropyLoss with the default mean reduction). Logits
+/// are (B, C) with labels a rank-1 Kokkos::View (B), or a batch of sequences (B, t, C) with
+/// labels a rank-2 Kokkos::View (B, t): then the mean is over all B t positions (a language
+/// model's loss; PyTorch's cross_entropy of logits.view(-1, C) and targets.view(-1)).
 ///
 ///   tessera::nn::SoftmaxCrossEntropy loss;
 ///   auto [l, dlogits] = loss.forward_backward(exec, logits, labels); // labels: Kokkos::View
@@ -11,7 +14,8 @@
 /// formed from the shifted values, so no exp overflows and the loss of a confident correct
 /// prediction is not lost to cancellation. dlogits = (softmax(logits) - onehot(label)) *
 /// grad_scale / B, where grad_scale is a loss scale (1 unless a loss scaler asks for more); it
-/// has the logits' precision. All arithmetic is fp32 per row, the batch sum double.
+/// has the logits' precision (divided by B t for sequences). All arithmetic is fp32 per row, the
+/// batch sum double.
 
 #include <tessera/nn/detail/common.hpp>
 
@@ -33,9 +37,9 @@ class SoftmaxCrossEntropy {
 public:
   SoftmaxCrossEntropy() : d_("softmax_cross_entropy.dlogits") {}
 
-  /// logits (B, C) of any precision; labels a Kokkos::View of B integers in [0, C) in the same
-  /// memory space. Throws shape_error for B mismatches and value_error for a label out of range
-  /// (before writing anything).
+  /// logits (B, C) of any precision, labels a Kokkos::View of B integers in [0, C) in the same
+  /// memory space; or logits (B, t, C) and labels a Kokkos::View (B, t). Throws shape_error for
+  /// B (or t) mismatches and value_error for a label out of range (before writing anything).
   template <class Exec, class P, class E, class Labels>
   loss_result<P, E> forward_backward(const Exec& exec, const Tensor<P, E, layout_right, M>& logits,
                                      const Labels& labels, float grad_scale = 1.f) {
@@ -55,20 +59,40 @@ private:
   template <bool Grad, class Exec, class P, class E, class Labels>
   static float run(const Exec& exec, const Tensor<P, E, layout_right, M>& logits,
                    const Labels& labels, float grad_scale, storage_t<P>* dl) {
-    static_assert(E::rank == 2, "tessera::nn::SoftmaxCrossEntropy: logits must be (B, C).");
-    static_assert(Labels::rank == 1,
-                  "tessera::nn::SoftmaxCrossEntropy: labels must be a rank-1 Kokkos::View.");
+    static_assert(E::rank == 2 || E::rank == 3,
+                  "tessera::nn::SoftmaxCrossEntropy: logits must be (B, C) or (B, t, C).");
+    static_assert(Labels::rank == E::rank - 1,
+                  "tessera::nn::SoftmaxCrossEntropy: labels must be a Kokkos::View of rank 1 for "
+                  "logits (B, C), of rank 2 (B, t) for logits (B, t, C).");
     const char* op = "tessera::nn::SoftmaxCrossEntropy";
-    const index_t B = logits.extent(0), C = logits.extent(1);
-    if (static_cast<index_t>(labels.extent(0)) != B)
-      throw shape_error(std::string(op) + ": logits " + shape_string(logits.extents()) + " but " +
-                        std::to_string(labels.extent(0)) + " labels; one label per row needed");
-    if (B == 0) throw shape_error(std::string(op) + ": an empty batch has no mean loss");
+    constexpr std::size_t r = E::rank;
+    const index_t C = logits.extent(r - 1);
+    const index_t t = r == 3 ? logits.extent(1) : 1;
+    const index_t B = logits.size() / (C > 0 ? C : 1); // rows: B, or B t
+    bool fits = static_cast<index_t>(labels.extent(0)) == logits.extent(0);
+    if constexpr (r == 3) fits = fits && static_cast<index_t>(labels.extent(1)) == t;
+    if (!fits) {
+      std::string ls = "(" + std::to_string(labels.extent(0));
+      if constexpr (r == 3) ls += ", " + std::to_string(labels.extent(1));
+      throw shape_error(std::string(op) + ": logits " + shape_string(logits.extents()) +
+                        " but labels " + ls + "); one label per row (B, t) needed");
+    }
+    if (B == 0 || C == 0)
+      throw shape_error(std::string(op) + ": logits " + shape_string(logits.extents()) +
+                        ": an empty batch has no mean loss");
+    // Label of row i (b = i / t, position i % t).
+    const auto label = KOKKOS_LAMBDA(const index_t i) {
+      if constexpr (r == 3) {
+        return static_cast<index_t>(labels(i / t, i % t));
+      } else {
+        return static_cast<index_t>(labels(i));
+      }
+    };
     index_t bad = 0;
     Kokkos::parallel_reduce(
         "tessera::nn::SoftmaxCrossEntropy[check]", Kokkos::RangePolicy<Exec>(exec, 0, B),
         KOKKOS_LAMBDA(const index_t i, index_t& n) {
-          const auto y = static_cast<index_t>(labels(i));
+          const auto y = label(i);
           n += (y < 0 || y >= C) ? 1 : 0;
         },
         bad);
@@ -86,7 +110,7 @@ private:
           for (index_t j = 1; j < C; ++j) m = to_float(row[j]) > m ? to_float(row[j]) : m;
           float s = 0.f;
           for (index_t j = 0; j < C; ++j) s += detail::kmath::exp(to_float(row[j]) - m);
-          const auto y = static_cast<index_t>(labels(i));
+          const auto y = label(i);
           // -log softmax_y = log sum exp(l - m) - (l_y - m)
           sum += static_cast<double>(detail::kmath::log(s) - (to_float(row[y]) - m));
           if constexpr (Grad) {
