@@ -19,6 +19,7 @@ struct options {
   int threads = 0;               // 0: Kokkos' default
   std::int64_t steps = 2000;     // optimizer steps; the cosine reaches lr / 10 here
   std::int64_t warmup = 100;     // linear warm-up steps (<= steps)
+  std::int64_t stop_at = 0;      // stop after this step (0: at --steps); resume later
   std::int64_t batch = 16;       // contexts per optimizer step
   std::int64_t accum = 1;        // micro-batches per step (divides batch)
   float lr = 1e-3f;              // peak learning rate
@@ -34,7 +35,8 @@ struct options {
 /// The usage line (without a trailing newline).
 inline const char* usage_text() {
   return "usage: train_char_gpt [--precision fp32|bf16|fp8] [--threads N (0..4096, 0: default)] "
-         "[--steps N (1..10000000)] [--warmup N (0..steps)] [--batch N (1..4096)] "
+         "[--steps N (1..10000000)] [--warmup N (0..steps)] [--stop-at N (1..steps)] [--batch N "
+         "(1..4096)] "
          "[--accum N (micro-batches per step, divides --batch)] [--lr X (finite, > 0)] "
          "[--seed N] [--eval-every N (1..10000000)] [--sample-len N (0..100000)] "
          "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE] "
@@ -68,6 +70,8 @@ inline options parse_options(int argc, const char* const* argv) {
     } else if (a == "--warmup") {
       o.warmup = parse_integer<std::int64_t>(a, next(), 0, 10000000);
       seen_warmup = true;
+    } else if (a == "--stop-at") {
+      o.stop_at = parse_integer<std::int64_t>(a, next(), 1, 10000000);
     } else if (a == "--batch") {
       o.batch = parse_integer<std::int64_t>(a, next(), 1, 4096);
     } else if (a == "--accum") {
@@ -101,6 +105,9 @@ inline options parse_options(int argc, const char* const* argv) {
   if (!seen_warmup && o.warmup > o.steps / 10) o.warmup = o.steps / 10;
   if (o.warmup > o.steps)
     throw usage_error("--warmup " + std::to_string(o.warmup) + ": exceeds --steps " +
+                      std::to_string(o.steps));
+  if (o.stop_at > o.steps)
+    throw usage_error("--stop-at " + std::to_string(o.stop_at) + ": exceeds --steps " +
                       std::to_string(o.steps));
   if (o.batch % o.accum != 0)
     throw usage_error("--accum " + std::to_string(o.accum) + ": must divide --batch " +

@@ -33,6 +33,7 @@ TEST_CASE("train_char_gpt: the documented defaults", "[examples][options]") {
   CHECK(o.threads == 0);
   CHECK(o.steps == 2000);
   CHECK(o.warmup == 100);
+  CHECK(o.stop_at == 0);
   CHECK(o.batch == 16);
   CHECK(o.accum == 1);
   CHECK(o.lr == 1e-3f);
@@ -57,6 +58,7 @@ TEST_CASE("train_char_gpt: every flag parsed", "[examples][options]") {
   CHECK(o.threads == 2);
   CHECK(o.steps == 300);
   CHECK(o.warmup == 30);
+  CHECK(o.stop_at == 200);
   CHECK(o.batch == 8);
   CHECK(o.accum == 4);
   CHECK(o.lr == 3e-4f);
@@ -77,6 +79,7 @@ TEST_CASE("train_char_gpt: bad values refused naming the flag", "[examples][opti
   for (const char* v : {"0", "-1", "1e3", "10000001", "3x", ""}) refused("--steps", v);
   for (const char* v : {"0", "4097", "+4"}) refused("--batch", v);
   refused("--accum", "0");
+  refused("--stop-at", "0");
   refused("--threads", "4097");
   for (const char* v : {"0", "-1e-3", "nan", "inf", "11", "abc"}) refused("--lr", v);
   refused("--temperature", "0");
@@ -98,6 +101,8 @@ TEST_CASE("train_char_gpt: cross-flag rules", "[examples][options]") {
   CHECK(parse({"--steps", "20", "--warmup", "20"}).warmup == 20);
   REQUIRE_THROWS_MATCHES(parse({"--steps", "20", "--warmup", "21"}), chargpt::usage_error,
                          what_contains({"--warmup 21", "--steps 20"}));
+  REQUIRE_THROWS_MATCHES(parse({"--steps", "20", "--stop-at", "21"}), chargpt::usage_error,
+                         what_contains({"--stop-at 21", "--steps 20"}));
   REQUIRE_THROWS_MATCHES(parse({"--batch", "16", "--accum", "3"}), chargpt::usage_error,
                          what_contains({"--accum 3", "--batch 16"}));
 }
