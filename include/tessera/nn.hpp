@@ -17,4 +17,5 @@
 #include <tessera/nn/parameter.hpp>
 #include <tessera/nn/pooling.hpp>
 #include <tessera/nn/precision.hpp>
+#include <tessera/nn/residual.hpp>
 #include <tessera/nn/sequential.hpp>
