@@ -1,0 +1,535 @@
+#pragma once
+/// \file nn/attention.hpp
+/// nn::CausalSelfAttention<D, H, Prec>: causal multi-head self-attention on x (B, t, D), t any
+/// (dynamic), as in GPT-2 / nanoGPT:
+///
+///   qkv = x Wqkv^T + bqkv                      nn::Linear<D, 3D, Prec> (q | k | v, each D wide)
+///   head h (width d = D / H): q_h, k_h, v_h    columns [h d, (h + 1) d) of q, k, v
+///   o_h = softmax(q_h k_h^T / sqrt(d) + causal mask) v_h         (B, t, d), heads concatenated
+///   y = o Wo^T + bo                            nn::Linear<D, D, Prec>
+///
+///   tessera::nn::CausalSelfAttention<128, 4> attn(/*seed=*/1);
+///   auto y = attn.forward(exec, x);            // x (B, t, 128) -> y (B, t, 128)
+///   auto dx = attn.backward(exec, dy);         // writes the four parameters' grad
+///
+/// The projections are nn::Linear members (tessera::gemm, in compute precision Prec: fp32,
+/// bf16 or fp8 hybrid, fp32 masters). The attention core is fp32 whatever Prec: q, k, v are
+/// widened to fp32, the softmax and its statistics are fp32, o is rounded once to the
+/// activation precision.
+///
+/// The core is computed tile by tile with an online softmax (the FlashAttention idea, Dao et
+/// al. 2022; backward as FlashAttention-2, Dao 2023): one work item per (batch, head, tile of
+/// `tile()` query rows) walks the key tiles up to the diagonal keeping, per row, the running
+/// maximum m and sum l of exp(s - m) and the unnormalised output in fp32 scratch of
+/// tile x (tile + d) floats; the t x t score matrix is never formed. Forward saves, per row,
+/// the log-sum-exp L = m + log l. Backward recomputes each probability tile as exp(s - L) and
+/// uses D_i = rowsum(dO_i * o_i): dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = dS K / sqrt d,
+/// dK = dS^T Q / sqrt d, in two passes (one work item per key tile for dK, dV; one per query
+/// tile for dQ: no atomics, the same sums on every run). Memory besides the activations is
+/// linear in t: q, k, v (and k^T, v^T for unit-stride inner loops) in fp32, L and D per row,
+/// and the per-work-item scratch, reused across steps. The tile products are tight loops whose
+/// innermost loop runs over unit-stride rows (vectorisable).
+///
+/// decode(exec, x_new, cache) appends n new positions (x_new (B, n, D), n >= 1; generation
+/// uses n = 1, a prompt may be fed whole) to a key/value cache (nn::CausalSelfAttention::cache,
+/// fp32, capacity fixed at construction) and returns their outputs (B, n, D); each new row
+/// costs time linear in the cached length. decode reuses the projections' buffers: a forward
+/// must come between a decode and a backward.
+///
+/// Layer declarations (nn/layer.hpp): forward_flops for inputs of static t (the projections'
+/// 8 t D^2 plus the causal core's 2 t (t + 1) D); no tensor_split, so it is replicated by the
+/// tensor split (the head split is parallel/'s to write).
+
+#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
+#include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/layer.hpp>
+#include <tessera/nn/linear.hpp>
+
+#include <boost/hana/flatten.hpp>
+#include <boost/hana/transform.hpp>
+#include <boost/hana/tuple.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace tessera::nn {
+
+template <index_t D, index_t H, class Prec = fp32>
+class CausalSelfAttention {
+  static_assert(D >= 1 && H >= 1 && D % H == 0,
+                "tessera::nn::CausalSelfAttention<D, H>: the heads H must divide the width D.");
+  using M = detail::default_memory_space;
+
+public:
+  /// The width of one head.
+  static constexpr index_t head_dim = D / H;
+  using compute_precision = Prec;
+  using activation_precision = activation_t<Prec>;
+
+  /// (B, t, D), t static or dynamic.
+  template <class InExt>
+  static constexpr bool accepts = InExt::rank == 3 &&
+                                  (InExt::static_extent(2) == D || InExt::static_extent(2) == dyn);
+  template <class InExt>
+  using output_extents = extents<dyn, InExt::static_extent(1), D>;
+  /// nn/layer.hpp, for a static t: the QKV and output projections (2 t D 3D + 2 t D D) and the
+  /// causal core (q k^T and p v over t (t + 1) / 2 pairs, 2 d FLOPs each per head).
+  template <class InExt>
+  requires(InExt::rank == 3 &&
+           InExt::static_extent(1) != dyn) static constexpr double forward_flops = [] {
+    const double t = double(InExt::static_extent(1));
+    return 8.0 * t * double(D) * double(D) + 2.0 * t * (t + 1.0) * double(D);
+  }();
+
+  /// The key/value cache of decode: keys and values of up to `capacity` positions of `batch`
+  /// sequences, fp32, (batch, H, capacity, head_dim) each.
+  class cache {
+  public:
+    cache(index_t batch, index_t capacity)
+        : k_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attention.cache.k"),
+             std::size_t(batch * H * capacity * head_dim)),
+          v_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attention.cache.v"),
+             std::size_t(batch * H * capacity * head_dim)),
+          batch_(batch), capacity_(capacity) {
+      if (batch < 1 || capacity < 1)
+        throw value_error("tessera::nn::CausalSelfAttention::cache: batch " +
+                          std::to_string(batch) + " and capacity " + std::to_string(capacity) +
+                          " must be >= 1");
+    }
+    index_t batch() const noexcept { return batch_; }
+    index_t capacity() const noexcept { return capacity_; }
+    /// Positions cached so far.
+    index_t length() const noexcept { return length_; }
+    /// Forget every position (a new sequence).
+    void reset() noexcept { length_ = 0; }
+
+  private:
+    friend class CausalSelfAttention;
+    Kokkos::View<float*, M> k_, v_;
+    index_t batch_, capacity_, length_ = 0;
+  };
+
+  /// The projections initialised as nn::Linear (PyTorch's default), from streams 0 and 1 of
+  /// `seed`.
+  explicit CausalSelfAttention(std::uint64_t seed = 0)
+      : qkv_(counter_rng{seed, 0}.bits(0)), proj_(counter_rng{seed, 1}.bits(0)), o_("attention.o"),
+        dqkv_("attention.dqkv"), q_("attention.q"), k_("attention.k"), kt_("attention.kt"),
+        v_("attention.v"), vt_("attention.vt"), lse_("attention.lse"), do_("attention.do"),
+        di_("attention.di"), dec_o_("attention.decode.o") {}
+
+  /// The QKV projection, Linear<D, 3D, Prec> (rows [0, D) of its weight give q, [D, 2D) k,
+  /// [2D, 3D) v), and the output projection, Linear<D, D, Prec>.
+  Linear<D, 3 * D, Prec>& qkv() noexcept { return qkv_; }
+  Linear<D, D, Prec>& proj() noexcept { return proj_; }
+  /// (qkv.weight, qkv.bias, proj.weight, proj.bias) as a boost::hana::tuple of handles.
+  auto parameters() const {
+    const auto named = [](const char* prefix) {
+      return [prefix](auto p) {
+        p.name = std::string(prefix) + p.name;
+        return p;
+      };
+    };
+    return boost::hana::flatten(
+        boost::hana::make_tuple(boost::hana::transform(qkv_.parameters(), named("qkv.")),
+                                boost::hana::transform(proj_.parameters(), named("proj."))));
+  }
+  auto fp8_states() {
+    return boost::hana::flatten(boost::hana::make_tuple(qkv_.fp8_states(), proj_.fp8_states()));
+  }
+
+  /// Query (and key) rows per work item of the tiled core (default 64).
+  index_t tile() const noexcept { return tile_; }
+  /// Sets the tile (1 to 256 rows); value_error otherwise.
+  void set_tile(index_t rows) {
+    if (rows < 1 || rows > 256)
+      throw value_error("tessera::nn::CausalSelfAttention::set_tile: " + std::to_string(rows) +
+                        " rows; the tile must be 1 to 256 rows");
+    tile_ = rows;
+  }
+  /// Bytes of the core's memory allocated by the last forward and backward: the fp32 copies of
+  /// q, k, k^T, v, v^T, the per-row statistics, dO and D (not the projections' buffers nor the
+  /// activations o and dqkv, which any implementation has), plus the work items' scratch
+  /// (tile x (tile + d) floats forward, 2 tile (tile + d) backward) times the concurrency.
+  std::size_t scratch_bytes() const noexcept { return scratch_bytes_; }
+
+  /// y = attention(x); x (B, t, D) in any precision, y in activation_precision.
+  template <class Exec, class XP, class XE>
+  Tensor<activation_precision, output_extents<XE>, layout_right, M>
+  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x) {
+    static_assert(accepts<XE>, "tessera::nn::CausalSelfAttention::forward: x must be (B, t, D).");
+    check_input("forward", x);
+    const index_t B = x.extent(0), t = x.extent(1);
+    const auto qkv = qkv_.forward(exec, x);
+    pack(exec, qkv.data(), B, t);
+    const index_t tile = tile_, tiles = (t + tile - 1) / tile;
+    auto o = o_.get(extents<dyn, XE::static_extent(1), D>::from_all({B, t, D}));
+    float* lse = lse_.get(B * H * t);
+    const float *q = q_.data(), *kt = kt_.data(), *v = v_.data();
+    auto* out = o.data();
+    constexpr index_t d = head_dim;
+    using policy_t = Kokkos::TeamPolicy<Exec>;
+    using member_t = typename policy_t::member_type;
+    using scratch_view = scratch_view_t<Exec>;
+    const std::size_t floats = std::size_t(tile * tile + tile * d + 2 * tile);
+    const int level = scratch_level(floats);
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::forward[core]",
+        policy_t(exec, int(B * H * tiles), 1)
+            .set_scratch_size(level, Kokkos::PerTeam(scratch_view::shmem_size(floats))),
+        KOKKOS_LAMBDA(const member_t& team) {
+          const index_t w = team.league_rank();
+          const index_t bh = w / tiles, i0 = (w % tiles) * tile;
+          const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
+          const index_t b = bh / H, h = bh % H;
+          const scratch_view sv(team.team_scratch(level), floats);
+          float* s = sv.data();             // scores, then probabilities (tile x tile)
+          float* acc = s + tile * tile;     // unnormalised output (tile x d)
+          float* m = acc + tile * d;        // running maximum per row
+          float* l = m + tile;              // running sum per row
+          const float* qh = q + bh * t * d; // (t, d), pre-scaled by 1/sqrt(d)
+          const float* kth = kt + bh * d * t;
+          const float* vh = v + bh * t * d;
+          for (index_t r = 0; r < nq; ++r) {
+            m[r] = -3.0e38f;
+            l[r] = 0.f;
+            for (index_t c = 0; c < d; ++c) acc[r * d + c] = 0.f;
+          }
+          for (index_t j0 = 0; j0 < i1; j0 += tile) {
+            const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
+            scores(s, qh + i0 * d, kth + j0, nq, nk, tile, t);
+            for (index_t r = 0; r < nq; ++r) {
+              const index_t valid = causal_keys(i0 + r, j0, nk);
+              if (valid <= 0) continue;
+              float* sr = s + r * tile;
+              float mx = sr[0];
+              for (index_t c = 1; c < valid; ++c) mx = sr[c] > mx ? sr[c] : mx;
+              const float mnew = mx > m[r] ? mx : m[r];
+              const float corr = detail::kmath::exp(m[r] - mnew);
+              float sum = 0.f;
+              for (index_t c = 0; c < valid; ++c) {
+                const float p = detail::kmath::exp(sr[c] - mnew);
+                sr[c] = p;
+                sum += p;
+              }
+              l[r] = l[r] * corr + sum;
+              m[r] = mnew;
+              float* ar = acc + r * d;
+              for (index_t c = 0; c < d; ++c) ar[c] *= corr;
+              for (index_t c = 0; c < valid; ++c) {
+                const float p = sr[c];
+                const float* vr = vh + (j0 + c) * d;
+                for (index_t e = 0; e < d; ++e) ar[e] += p * vr[e];
+              }
+            }
+          }
+          for (index_t r = 0; r < nq; ++r) {
+            const float inv = 1.f / l[r];
+            const index_t i = i0 + r;
+            for (index_t c = 0; c < d; ++c)
+              out[(b * t + i) * D + h * d + c] =
+                  from_float<activation_precision>(acc[r * d + c] * inv);
+            lse[bh * t + i] = m[r] + detail::kmath::log(l[r]);
+          }
+        });
+    exec.fence();
+    fwd_scratch_ = std::size_t(exec.concurrency()) * floats * sizeof(float);
+    scratch_bytes_ = core_bytes(B, t) + fwd_scratch_;
+    const auto y = proj_.forward(exec, o);
+    B_ = B;
+    t_ = t;
+    return y;
+  }
+
+  /// From dy (B, t, D) of the last forward: writes the projections' gradients and returns dx
+  /// (B, t, D) in activation_precision (empty when !need_dx).
+  template <class Exec, class DP, class DE>
+  Tensor<activation_precision, output_extents<DE>, layout_right, M>
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
+    static_assert(DE::rank == 3,
+                  "tessera::nn::CausalSelfAttention::backward: dy must be (B, t, D).");
+    if (B_ < 0)
+      throw value_error("tessera::nn::CausalSelfAttention::backward: called before forward");
+    detail::require_extents("tessera::nn::CausalSelfAttention::backward", "dy", dy,
+                            std::array<index_t, 3>{B_, t_, D});
+    const index_t B = B_, t = t_;
+    const auto dout = proj_.backward(exec, dy, true); // dL/do (B, t, D)
+    constexpr index_t d = head_dim;
+    // dO per head in fp32 (B, H, t, d) and D_i = rowsum(dO_i * o_i).
+    {
+      float* dop = do_.get(B * t * D);
+      float* di = di_.get(B * H * t);
+      const auto* g = dout.data();
+      const auto* o = o_.get(extents<dyn, D>(B * t)).data();
+      Kokkos::parallel_for(
+          "tessera::nn::CausalSelfAttention::backward[dO]",
+          Kokkos::RangePolicy<Exec>(exec, 0, B * H * t), KOKKOS_LAMBDA(const index_t k) {
+            const index_t bh = k / t, i = k % t, b = bh / H, h = bh % H;
+            float s = 0.f;
+            for (index_t c = 0; c < d; ++c) {
+              const float gv = to_float(g[(b * t + i) * D + h * d + c]);
+              dop[k * d + c] = gv;
+              s += gv * to_float(o[(b * t + i) * D + h * d + c]);
+            }
+            di[k] = s;
+          });
+    }
+    auto dqkv = dqkv_.get(extents<dyn, DE::static_extent(1), 3 * D>::from_all({B, t, 3 * D}));
+    const index_t tile = tile_, tiles = (t + tile - 1) / tile;
+    const float *q = q_.data(), *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
+    const float *lse = lse_.data(), *dop = do_.data(), *di = di_.data();
+    float* dst = dqkv.data();
+    const float scale = 1.f / std::sqrt(float(d));
+    using policy_t = Kokkos::TeamPolicy<Exec>;
+    using member_t = typename policy_t::member_type;
+    using scratch_view = scratch_view_t<Exec>;
+    const std::size_t floats = std::size_t(2 * tile * tile + 2 * tile * d);
+    const int level = scratch_level(floats);
+    const auto pol =
+        policy_t(exec, int(B * H * tiles), 1)
+            .set_scratch_size(level, Kokkos::PerTeam(scratch_view::shmem_size(floats)));
+    // dK, dV: one work item per (batch, head, key tile), over the query tiles at or after it.
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::backward[dK dV]", pol,
+        KOKKOS_LAMBDA(const member_t& team) {
+          const index_t w = team.league_rank();
+          const index_t bh = w / tiles, j0 = (w % tiles) * tile;
+          const index_t j1 = j0 + tile < t ? j0 + tile : t, nk = j1 - j0;
+          const index_t b = bh / H, h = bh % H;
+          const scratch_view sv(team.team_scratch(level), floats);
+          float* s = sv.data();
+          float* dp = s + tile * tile;
+          float* dk = dp + tile * tile;
+          float* dv = dk + tile * d;
+          const float* qh = q + bh * t * d;
+          const float* kth = kt + bh * d * t;
+          const float* vth = vt + bh * d * t;
+          const float* doh = dop + bh * t * d;
+          for (index_t c = 0; c < nk * d; ++c) dk[c] = dv[c] = 0.f;
+          for (index_t i0 = (j0 / tile) * tile; i0 < t; i0 += tile) {
+            const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
+            scores(s, qh + i0 * d, kth + j0, nq, nk, tile, t);
+            scores(dp, doh + i0 * d, vth + j0, nq, nk, tile, t);
+            for (index_t r = 0; r < nq; ++r) {
+              const index_t i = i0 + r;
+              const index_t valid = causal_keys(i, j0, nk);
+              const float L = lse[bh * t + i], Di = di[bh * t + i];
+              const float* qr = qh + i * d;
+              const float* gr = doh + i * d;
+              for (index_t c = 0; c < valid; ++c) {
+                const float p = detail::kmath::exp(s[r * tile + c] - L);
+                const float ds = p * (dp[r * tile + c] - Di);
+                float* dvr = dv + c * d;
+                float* dkr = dk + c * d;
+                for (index_t e = 0; e < d; ++e) {
+                  dvr[e] += p * gr[e];
+                  dkr[e] += ds * qr[e];
+                }
+              }
+            }
+          }
+          // q was pre-scaled: dK = dS^T (q / sqrt d) already.
+          for (index_t c = 0; c < nk; ++c)
+            for (index_t e = 0; e < d; ++e) {
+              float* row = dst + (b * t + j0 + c) * 3 * D + h * d + e;
+              row[D] = dk[c * d + e];
+              row[2 * D] = dv[c * d + e];
+            }
+        });
+    // dQ: one work item per (batch, head, query tile), over the key tiles up to the diagonal.
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::backward[dQ]", pol, KOKKOS_LAMBDA(const member_t& team) {
+          const index_t w = team.league_rank();
+          const index_t bh = w / tiles, i0 = (w % tiles) * tile;
+          const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
+          const index_t b = bh / H, h = bh % H;
+          const scratch_view sv(team.team_scratch(level), floats);
+          float* s = sv.data();
+          float* dp = s + tile * tile;
+          float* dq = dp + tile * tile;
+          const float* qh = q + bh * t * d;
+          const float* kh = k + bh * t * d;
+          const float* kth = kt + bh * d * t;
+          const float* vth = vt + bh * d * t;
+          const float* doh = dop + bh * t * d;
+          for (index_t c = 0; c < nq * d; ++c) dq[c] = 0.f;
+          for (index_t j0 = 0; j0 < i1; j0 += tile) {
+            const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
+            scores(s, qh + i0 * d, kth + j0, nq, nk, tile, t);
+            scores(dp, doh + i0 * d, vth + j0, nq, nk, tile, t);
+            for (index_t r = 0; r < nq; ++r) {
+              const index_t i = i0 + r;
+              const index_t valid = causal_keys(i, j0, nk);
+              const float L = lse[bh * t + i], Di = di[bh * t + i];
+              float* dqr = dq + r * d;
+              for (index_t c = 0; c < valid; ++c) {
+                const float p = detail::kmath::exp(s[r * tile + c] - L);
+                const float ds = p * (dp[r * tile + c] - Di);
+                const float* kr = kh + (j0 + c) * d;
+                for (index_t e = 0; e < d; ++e) dqr[e] += ds * kr[e];
+              }
+            }
+          }
+          for (index_t r = 0; r < nq; ++r)
+            for (index_t e = 0; e < d; ++e)
+              dst[(b * t + i0 + r) * 3 * D + h * d + e] = scale * dq[r * d + e];
+        });
+    exec.fence();
+    scratch_bytes_ =
+        core_bytes(B, t) + std::size_t(B * t * D + B * H * t) * sizeof(float) +
+        std::max(fwd_scratch_, std::size_t(exec.concurrency()) * floats * sizeof(float));
+    return qkv_.backward(exec, dqkv, need_dx);
+  }
+
+  /// Appends x_new (B, n, D) at positions length() .. length() + n - 1 of `c` and returns their
+  /// outputs (B, n, D), each row attending to every cached position and to the new ones up to
+  /// itself. Throws shape_error if B differs from the cache's batch or the cache would
+  /// overflow. Overwrites the state a backward needs (run forward again before backward).
+  template <class Exec, class XP, class XE>
+  Tensor<activation_precision, output_extents<XE>, layout_right, M>
+  decode(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x, cache& c) {
+    static_assert(accepts<XE>, "tessera::nn::CausalSelfAttention::decode: x must be (B, n, D).");
+    check_input("decode", x);
+    const index_t B = x.extent(0), n = x.extent(1), len = c.length_, cap = c.capacity_;
+    if (B != c.batch_ || len + n > cap)
+      throw shape_error("tessera::nn::CausalSelfAttention::decode: x has shape " +
+                        shape_string(x.extents()) + " but the cache holds " +
+                        std::to_string(c.batch_) + " sequences of " + std::to_string(len) +
+                        " positions with room for " + std::to_string(cap) +
+                        "; the batch must match and length + n must not exceed the capacity");
+    B_ = -1; // the forward state is gone
+    const auto qkv = qkv_.forward(exec, x);
+    const auto* in = qkv.data();
+    float* kc = c.k_.data();
+    float* vc = c.v_.data();
+    constexpr index_t d = head_dim;
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::decode[append]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * H * n), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / n, r = w % n, b = bh / H, h = bh % H;
+          const auto* row = in + (b * n + r) * 3 * D + h * d;
+          float* kr = kc + (bh * cap + len + r) * d;
+          float* vr = vc + (bh * cap + len + r) * d;
+          for (index_t e = 0; e < d; ++e) {
+            kr[e] = to_float(row[D + e]);
+            vr[e] = to_float(row[2 * D + e]);
+          }
+        });
+    exec.fence();
+    auto o = dec_o_.get(extents<dyn, XE::static_extent(1), D>::from_all({B, n, D}));
+    auto* out = o.data();
+    const float scale = 1.f / std::sqrt(float(d));
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::decode[core]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * H * n), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / n, r = w % n, b = bh / H, h = bh % H;
+          const auto* row = in + (b * n + r) * 3 * D + h * d;
+          float qv[d], acc[d];
+          for (index_t e = 0; e < d; ++e) {
+            qv[e] = scale * to_float(row[e]);
+            acc[e] = 0.f;
+          }
+          float m = -3.0e38f, l = 0.f;
+          const index_t keys = len + r + 1;
+          for (index_t j = 0; j < keys; ++j) {
+            const float* kr = kc + (bh * cap + j) * d;
+            float s = 0.f;
+            for (index_t e = 0; e < d; ++e) s += qv[e] * kr[e];
+            const float mnew = s > m ? s : m;
+            const float corr = detail::kmath::exp(m - mnew), p = detail::kmath::exp(s - mnew);
+            l = l * corr + p;
+            m = mnew;
+            const float* vr = vc + (bh * cap + j) * d;
+            for (index_t e = 0; e < d; ++e) acc[e] = acc[e] * corr + p * vr[e];
+          }
+          const float inv = 1.f / l;
+          for (index_t e = 0; e < d; ++e)
+            out[(b * n + r) * D + h * d + e] = from_float<activation_precision>(acc[e] * inv);
+        });
+    exec.fence();
+    c.length_ = len + n;
+    return proj_.forward(exec, o);
+  }
+
+private:
+  template <class Exec>
+  using scratch_view_t = Kokkos::View<float*, typename Exec::scratch_memory_space,
+                                      Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  /// Level 0 (fast, small on GPUs) when the scratch fits in 32 KiB, else level 1.
+  static int scratch_level(std::size_t floats) { return floats * sizeof(float) <= 32768 ? 0 : 1; }
+
+  /// The number of keys j0 .. j0 + nk - 1 that row i may see (j <= i), possibly <= 0.
+  KOKKOS_INLINE_FUNCTION static index_t causal_keys(index_t i, index_t j0, index_t nk) {
+    const index_t v = i - j0 + 1;
+    return v < nk ? v : nk;
+  }
+
+  /// s (nq x nk, row stride ld) = a (nq x d, rows of d) times bt (d x nk, row stride t): the
+  /// innermost loop runs along bt's unit-stride rows.
+  KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const float* bt, index_t nq,
+                                            index_t nk, index_t ld, index_t t) {
+    for (index_t r = 0; r < nq; ++r) {
+      float* sr = s + r * ld;
+      for (index_t c = 0; c < nk; ++c) sr[c] = 0.f;
+      const float* ar = a + r * head_dim;
+      for (index_t e = 0; e < head_dim; ++e) {
+        const float av = ar[e];
+        const float* br = bt + e * t;
+        for (index_t c = 0; c < nk; ++c) sr[c] += av * br[c];
+      }
+    }
+  }
+
+  template <class T>
+  void check_input(const char* what, const T& x) const {
+    if (x.extent(2) != D)
+      throw shape_error(std::string("tessera::nn::CausalSelfAttention<") + std::to_string(D) +
+                        ", " + std::to_string(H) + ">::" + what + ": x has shape " +
+                        shape_string(x.extents()) + "; it must be (B, t, " + std::to_string(D) +
+                        ")");
+  }
+
+  /// qkv (B, t, 3D) -> q (pre-scaled by 1/sqrt d), k, v (B, H, t, d) and k^T, v^T (B, H, d, t),
+  /// fp32.
+  template <class Exec, class S>
+  void pack(const Exec& exec, const S* in, index_t B, index_t t) {
+    constexpr index_t d = head_dim;
+    const index_t n = B * t * D;
+    float *q = q_.get(n), *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
+    const float scale = 1.f / std::sqrt(float(d));
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::forward[pack]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * H * t), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / t, i = w % t, b = bh / H, h = bh % H;
+          const auto* row = in + (b * t + i) * 3 * D + h * d;
+          for (index_t e = 0; e < d; ++e) {
+            const float kv = to_float(row[D + e]), vv = to_float(row[2 * D + e]);
+            q[w * d + e] = scale * to_float(row[e]);
+            k[w * d + e] = kv;
+            v[w * d + e] = vv;
+            kt[(bh * d + e) * t + i] = kv;
+            vt[(bh * d + e) * t + i] = vv;
+          }
+        });
+    exec.fence();
+  }
+
+  static std::size_t core_bytes(index_t B, index_t t) {
+    return std::size_t(5 * B * t * D + B * H * t) * sizeof(float);
+  }
+
+  Linear<D, 3 * D, Prec> qkv_;
+  Linear<D, D, Prec> proj_;
+  detail::buffer<activation_precision> o_;
+  detail::buffer<fp32> dqkv_;
+  detail::raw_buffer<float> q_, k_, kt_, v_, vt_, lse_, do_, di_;
+  detail::buffer<activation_precision> dec_o_;
+  index_t tile_ = 64;
+  index_t B_ = -1, t_ = 0;
+  std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
+};
+
+} // namespace tessera::nn
