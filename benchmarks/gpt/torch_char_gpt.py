@@ -196,9 +196,9 @@ def main():
     tokens = 0
     seconds = 0.0
     for step in range(a.steps):
+        t0 = time.perf_counter()  # like the C++ example: sampling the batch counts too
         starts = batch_starts(a.seed, step, a.batch, len(train), T)
         xy = torch.stack([train_t[s:s + T + 1] for s in starts])
-        t0 = time.perf_counter()
         for g in opt.param_groups:
             g['lr'] = lr_at(step, a.lr, a.lr / 10, a.warmup, a.steps)
         loss = loss_of(xy)
