@@ -115,6 +115,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev
   dataset-fashion-mnist zlib1g-dev
+  fortunes # the character GPT's corpus (/usr/share/games/fortunes, examples/train_char_gpt)
   clang-format
   clang-14 libclang-rt-14-dev ccache ninja-build
 )

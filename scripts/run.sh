@@ -3,12 +3,20 @@
 # FashionCNN on Fashion-MNIST (examples/train_fashion_mnist.cpp).
 #   scripts/run.sh                          # fp32, one epoch on 6,000 images (about a minute)
 #   scripts/run.sh --precision bf16 --full  # extra arguments go to the example (--help lists them)
+#   scripts/run.sh gpt                      # the character GPT on the fortunes corpus
+#                                           # (examples/train_char_gpt.cpp), 2000 steps, fp32
+#   scripts/run.sh gpt --steps 300 --precision bf16   # its flags follow "gpt"
 # Idempotent: a second run only checks the dependencies and the build (a few seconds).
 # TESSERA_BUILD_DIR (default build/) and TESSERA_JOBS (default: all cores) as in scripts/test.sh.
 set -euo pipefail
 
-# The main example: examples/<name>.cpp, built as the target <name>.
+# The main example: examples/<name>.cpp, built as the target <name>; "gpt" as the first argument
+# picks the character GPT instead.
 example=train_fashion_mnist
+if [[ ${1:-} == gpt ]]; then
+  example=train_char_gpt
+  shift
+fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 kokkos=$("$root/scripts/bootstrap.sh" | tail -n 1)

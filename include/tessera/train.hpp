@@ -8,6 +8,9 @@
 #include <tessera/train/adamw.hpp>
 #include <tessera/train/checkpoint.hpp>
 #include <tessera/train/fp8_recipe.hpp>
+#include <tessera/train/grad_accumulation.hpp>
+#include <tessera/train/grad_clip.hpp>
 #include <tessera/train/loss_scaler.hpp>
+#include <tessera/train/lr_schedule.hpp>
 #include <tessera/train/sgd.hpp>
 #include <tessera/train/step.hpp>

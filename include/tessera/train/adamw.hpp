@@ -16,6 +16,11 @@
 ///     w = w - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 ///
 /// State (created at the first step, zero): m and v per parameter, and the step counter t.
+///
+/// Weight decay applies to every parameter (`decay_on = decay_rule::all`, the default and
+/// PyTorch's) or only to matrices (`decay_rule::matrices`: parameters of rank >= 2 — Linear
+/// weights, embeddings, convolution kernels — and not biases or normalisation gains, the usual
+/// GPT recipe); the others then step with decay factor 1 (plain Adam).
 
 #include <tessera/train/detail/optimizer_state.hpp>
 
@@ -25,6 +30,12 @@
 #include <utility>
 
 namespace tessera::train {
+
+/// Which parameters AdamW's weight decay applies to.
+enum class decay_rule {
+  all,     ///< every parameter (PyTorch's default)
+  matrices ///< parameters of rank >= 2 only (not biases, LayerNorm gamma / beta)
+};
 
 /// AdamW over parameters in MemorySpace; `train::adamw` is the one for the default space.
 /// An aggregate: set the hyper-parameters with designated initializers, in this order.
@@ -36,6 +47,7 @@ struct basic_adamw {
   float beta2 = 0.999f;       ///< decay of the second moment, in [0, 1)
   float eps = 1e-8f;          ///< added to the denominator (finite, > 0)
   float weight_decay = 1e-2f; ///< decoupled weight decay (finite, >= 0; lr * weight_decay <= 1)
+  decay_rule decay_on = decay_rule::all; ///< which parameters weight_decay applies to
 
   /// Optimizer state: step counter, first and second moments. Read by checkpoints; not to be
   /// modified by hand.
@@ -88,6 +100,9 @@ struct basic_adamw {
                         Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
                     "tessera::train::adamw::step: the execution space cannot access the "
                     "parameters' memory space.");
+      using P = std::remove_cvref_t<decltype(p)>;
+      const bool decays = decay_on == decay_rule::all || P::extents_type::rank >= 2;
+      const float dec = decays ? decay : 1.f;
       float* w = p.value.data();
       const float* gr = p.grad.data();
       float* m = state.slots[0][k].data();
@@ -101,7 +116,7 @@ struct basic_adamw {
             m[i] = mi;
             v[i] = vi;
             const float denom = ::sqrtf(vi) / bc2_sqrt + e;
-            w[i] = w[i] * decay - step_size * mi / denom;
+            w[i] = w[i] * dec - step_size * mi / denom;
           });
     });
     exec.fence();

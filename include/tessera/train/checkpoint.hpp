@@ -73,6 +73,23 @@
 ///     run/step, run/epoch                     int64 scalar
 ///     run/data_seed                           uint64 scalar
 ///     run/precision                           bytes (n): the precision's name, as given
+///     sched/warmup_cosine/lr, .../min_lr      fp32 scalar (an lr_scheduler, if passed)
+///     sched/warmup_cosine/warmup_steps,
+///       .../total_steps, sched/position       int64 scalar
+///     accum/count                             int64 scalar (a grad_accumulator, if passed)
+///     accum/sum/<param name>                  fp32, the parameter's shape (only if count > 0)
+///
+/// The trailing arguments after the run state may mix fp8 states, an lr_scheduler and a
+/// grad_accumulator (at most one of each of the last two), in any order. A scheduler's schedule
+/// (lr, min_lr, warm-up and total steps) is checked on load, not restored: the file's must equal
+/// the caller's (lr and min_lr compared after rounding to float); its position is restored. An
+/// accumulator's count and sums are restored; it must have been fed the caller's parameters.
+///
+/// The sched/ and accum/ records were added without changing the format version (2): records are
+/// addressed by name, so a file written without them loads into a caller that passes no
+/// scheduler and no accumulator, and is refused, naming the missing record, by one that does; a
+/// reader older than these records refuses a file that has them (an entry the caller's state has
+/// not).
 ///
 /// Optimizer slots are written for all parameters or for none (none: not created yet — before
 /// the first step, or SGD without momentum).
@@ -80,7 +97,9 @@
 #include <tessera/train/adamw.hpp>
 #include <tessera/train/detail/checkpoint_format.hpp>
 #include <tessera/train/fp8_recipe.hpp>
+#include <tessera/train/grad_accumulation.hpp>
 #include <tessera/train/loss_scaler.hpp>
+#include <tessera/train/lr_schedule.hpp>
 #include <tessera/train/sgd.hpp>
 
 #include <boost/hana/concept/foldable.hpp>
@@ -464,6 +483,87 @@ void stage_fp8(reader& in, std::size_t k, fp8_meta<R>& m, commit_list& commits) 
   commits.push_back([&m, staged = std::move(staged)] { m = staged; });
 }
 
+// ---- learning-rate schedule and gradient accumulation ------------------------------------------
+
+inline void save_scheduler(std::vector<record>& out, const lr_scheduler& s) {
+  out.push_back(
+      scalar_record("sched/warmup_cosine/lr", dtype::f32, static_cast<float>(s.schedule.lr)));
+  out.push_back(scalar_record("sched/warmup_cosine/min_lr", dtype::f32,
+                              static_cast<float>(s.schedule.min_lr)));
+  out.push_back(
+      scalar_record("sched/warmup_cosine/warmup_steps", dtype::i64, s.schedule.warmup_steps));
+  out.push_back(
+      scalar_record("sched/warmup_cosine/total_steps", dtype::i64, s.schedule.total_steps));
+  out.push_back(scalar_record("sched/position", dtype::i64, s.position));
+}
+
+inline void stage_scheduler(reader& in, lr_scheduler& s, commit_list& commits) {
+  const auto lr = in.scalar<float>("sched/warmup_cosine/lr", dtype::f32);
+  const auto min_lr = in.scalar<float>("sched/warmup_cosine/min_lr", dtype::f32);
+  const auto warm = in.scalar<std::int64_t>("sched/warmup_cosine/warmup_steps", dtype::i64);
+  const auto total = in.scalar<std::int64_t>("sched/warmup_cosine/total_steps", dtype::i64);
+  const auto pos = in.scalar<std::int64_t>("sched/position", dtype::i64);
+  const auto& c = s.schedule;
+  if (lr != static_cast<float>(c.lr) || min_lr != static_cast<float>(c.min_lr) ||
+      warm != c.warmup_steps || total != c.total_steps)
+    in.refuse("sched/warmup_cosine/*",
+              "schedule (lr " + std::to_string(lr) + ", min_lr " + std::to_string(min_lr) +
+                  ", warmup_steps " + std::to_string(warm) + ", total_steps " +
+                  std::to_string(total) + ") differs from the caller's (" +
+                  std::to_string(static_cast<float>(c.lr)) + ", " +
+                  std::to_string(static_cast<float>(c.min_lr)) + ", " +
+                  std::to_string(c.warmup_steps) + ", " + std::to_string(c.total_steps) + ")");
+  if (pos < 0) in.refuse("sched/position", "a negative position " + std::to_string(pos));
+  commits.push_back([&s, pos] { s.position = pos; });
+}
+
+template <class M, class Params>
+void save_accumulator(std::vector<record>& out, const basic_grad_accumulator<M>& a,
+                      const Params& params, const std::string& who) {
+  out.push_back(scalar_record("accum/count", dtype::i64, a.count()));
+  if (a.count() == 0) return;
+  a.state().check_same(who.c_str(), params);
+  for_each_parameter(params, [&](const auto& p, std::size_t k) {
+    out.push_back(view_record("accum/sum/" + p.name, a.state().slots[0][k], shape_of(p)));
+  });
+}
+
+template <class M, class Params>
+void stage_accumulator(reader& in, basic_grad_accumulator<M>& a, const Params& params,
+                       commit_list& commits) {
+  const auto count = in.scalar<std::int64_t>("accum/count", dtype::i64);
+  if (count < 0) in.refuse("accum/count", "a negative count " + std::to_string(count));
+  using state_t = typename basic_grad_accumulator<M>::state_type;
+  state_t st;
+  st.created = true;
+  std::vector<std::vector<float>> sums;
+  for_each_parameter(params, [&](const auto& p, std::size_t) {
+    st.names.push_back(p.name);
+    st.sizes.push_back(p.size());
+    if (count > 0) sums.push_back(in.floats("accum/sum/" + p.name, shape_of(p)));
+  });
+  commits.push_back([&a, count, st = std::move(st), sums = std::move(sums)]() mutable {
+    for (std::size_t k = 0; k < sums.size(); ++k) {
+      typename state_t::buffer_type b(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, st.names[k] + ".grad_sum"),
+          sums[k].size());
+      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
+          sums[k].data(), sums[k].size());
+      Kokkos::deep_copy(b, h);
+      st.slots[0].push_back(b);
+    }
+    a.restore(std::move(st), count);
+  });
+}
+
+/// Counts, at compile time, the schedulers and accumulators among the trailing arguments.
+template <class... T>
+inline constexpr int
+    scheduler_count = (0 + ... + (std::is_same_v<std::remove_cvref_t<T>, lr_scheduler> ? 1 : 0));
+template <class... T>
+inline constexpr int
+    accumulator_count = (0 + ... + (is_grad_accumulator<std::remove_cvref_t<T>>::value ? 1 : 0));
+
 /// Calls f(meta) for every fp8_meta in a flattened argument: an fp8_meta, a pointer or
 /// reference_wrapper to one, a range of those, or a Hana sequence of those.
 template <class T, class F>
@@ -502,6 +602,10 @@ void save_checkpoint(const std::filesystem::path& path, const Params& params, co
   static_assert(is_loss_scaler<Scaler>::value,
                 "tessera::train::save_checkpoint: the scaler must be "
                 "tessera::train::static_scaler or dynamic_scaler<Policy>.");
+  static_assert(detail::ckpt::scheduler_count<Fp8States...> <= 1 &&
+                    detail::ckpt::accumulator_count<Fp8States...> <= 1,
+                "tessera::train::save_checkpoint: pass at most one lr_scheduler and one "
+                "grad_accumulator.");
   const std::string who = "tessera::train::save_checkpoint";
   detail::require_unique_names(who.c_str(), params);
   std::vector<detail::ckpt::record> records;
@@ -509,9 +613,17 @@ void save_checkpoint(const std::filesystem::path& path, const Params& params, co
   detail::ckpt::save_optimizer(records, opt, params, who);
   detail::ckpt::save_scaler(records, scaler);
   [[maybe_unused]] std::size_t k = 0; // unused without fp8 states
-  (detail::ckpt::for_each_fp8(fp8_states,
-                              [&](const auto& m) { detail::ckpt::save_fp8(records, k++, m); }),
-   ...);
+  [[maybe_unused]] const auto save_extra = [&](const auto& x) {
+    using X = std::remove_cvref_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, lr_scheduler>)
+      detail::ckpt::save_scheduler(records, x);
+    else if constexpr (is_grad_accumulator<X>::value)
+      detail::ckpt::save_accumulator(records, x, params, who);
+    else
+      detail::ckpt::for_each_fp8(x,
+                                 [&](const auto& m) { detail::ckpt::save_fp8(records, k++, m); });
+  };
+  (save_extra(fp8_states), ...);
   using detail::ckpt::dtype;
   records.push_back(detail::ckpt::scalar_record("run/step", dtype::i64, run.step));
   records.push_back(detail::ckpt::scalar_record("run/epoch", dtype::i64, run.epoch));
@@ -542,6 +654,10 @@ void load_checkpoint(const std::filesystem::path& path, const Params& params, Op
   static_assert(is_loss_scaler<Scaler>::value,
                 "tessera::train::load_checkpoint: the scaler must be "
                 "tessera::train::static_scaler or dynamic_scaler<Policy>.");
+  static_assert(detail::ckpt::scheduler_count<Fp8States...> <= 1 &&
+                    detail::ckpt::accumulator_count<Fp8States...> <= 1,
+                "tessera::train::load_checkpoint: pass at most one lr_scheduler and one "
+                "grad_accumulator.");
   const std::string who = "tessera::train::load_checkpoint";
   detail::require_unique_names(who.c_str(), params);
   const auto bytes = detail::ckpt::read_file(who, path);
@@ -556,9 +672,16 @@ void load_checkpoint(const std::filesystem::path& path, const Params& params, Op
   detail::ckpt::stage_optimizer(in, opt, params, commits);
   detail::ckpt::stage_scaler(in, scaler, commits);
   [[maybe_unused]] std::size_t k = 0; // unused without fp8 states
-  (detail::ckpt::for_each_fp8(fp8_states,
-                              [&](auto& m) { detail::ckpt::stage_fp8(in, k++, m, commits); }),
-   ...);
+  [[maybe_unused]] const auto stage_extra = [&](auto& x) {
+    using X = std::remove_cvref_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, lr_scheduler>)
+      detail::ckpt::stage_scheduler(in, x, commits);
+    else if constexpr (is_grad_accumulator<X>::value)
+      detail::ckpt::stage_accumulator(in, x, params, commits);
+    else
+      detail::ckpt::for_each_fp8(x, [&](auto& m) { detail::ckpt::stage_fp8(in, k++, m, commits); });
+  };
+  (stage_extra(fp8_states), ...);
   using detail::ckpt::dtype;
   run_state staged_run;
   staged_run.step = in.scalar<std::int64_t>("run/step", dtype::i64);

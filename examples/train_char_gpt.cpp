@@ -1,0 +1,498 @@
+// Trains a character-level GPT (nanoGPT's shape) on the fortunes corpus in fp32, bf16 or fp8
+// (hybrid, fp32 masters) and prints validation losses, tokens/s and a generated sample.
+//
+//   train_char_gpt                                   # fp32, 2000 steps of 16 x 128 characters
+//   train_char_gpt --steps 300 --precision bf16 --threads 2
+//   train_char_gpt --steps 1000 --checkpoint ck.tsr   # saved at every evaluation and at the end
+//   train_char_gpt --steps 2000 --resume ck.tsr       # continues bit for bit
+//   scripts/run.sh gpt [flags]                       # bootstraps, builds and runs this
+//
+// Model (docs: /work/wt/GPT_SPEC.md in the issue, and below), all compile-time parameters:
+// context T = 128, width D = 128, 4 heads of 32, 4 blocks, MLP hidden 512.
+//   x = tok_emb[ids] + pos_emb[0..t)                                    (B, t, D)
+//   block: x = x + Attn(LN1(x)); x = x + MLP(LN2(x)), MLP = Linear(D, 4D) GELU Linear(4D, D)
+//   logits = Linear(D, V)(LN_f(x))  (lm_head with bias, not tied to tok_emb)
+//   loss = mean cross-entropy over the B t positions
+// V is a compile-time bound: 128 if the corpus has at most 128 distinct bytes (fortunes: 114),
+// else 256; the rows beyond the vocabulary are never targets and only receive the softmax's
+// push-down (benchmarks/gpt/torch_char_gpt.py does the same).
+//
+// Data (tessera/data/text.hpp): the regular files without an extension directly in --data,
+// sorted, concatenated; vocabulary = its distinct bytes; train = first 90 %, validation = the
+// rest. Step s trains on the contexts counter_rng{seed, s}.bits(i) mod (m - T), i < batch (T + 1
+// characters each), so batches depend on the seed and the step only: a resumed run sees the same
+// batches. Validation loss: mean over 64 contexts at evenly spaced offsets of the validation
+// split (batches of 16), at step 0, every --eval-every steps and after the last step.
+//
+// Recipe: AdamW lr --lr (1e-3), betas 0.9 / 0.95, eps 1e-8, weight decay 0.1 on matrices only
+// (train::decay_rule::matrices); linear warm-up over --warmup steps, cosine decay to lr / 10 at
+// --steps (train::warmup_cosine); gradients clipped to global norm 1.0 after un-scaling
+// (train::clipped_step); --accum k splits each batch into k micro-batches whose gradients are
+// averaged (train::grad_accumulator). bf16 and fp8 use a dynamic loss scaler (PyTorch's
+// GradScaler rules); fp32 a static scale of 1, which still skips a step with a non-finite
+// gradient.
+//
+// --checkpoint FILE saves the whole state (masters, AdamW moments, scaler, fp8 states, schedule
+// position, accumulation state, step, seed, precision) atomically at every evaluation and at the
+// end (--stop-at N ends the run after step N, the schedule still running to --steps);
+// --resume FILE continues from it: bit-identical to the uninterrupted run on the same
+// thread count. The last line before the sample is an FNV-1a hash of the master weights, so two
+// runs can be compared exactly.
+//
+// The sample: --sample-len characters generated after a newline, at --temperature, from a
+// generator seeded by --seed; each new character runs the blocks on that one position with the
+// attention's key/value cache (cost linear in the context). When the context is full (T
+// characters), the cache restarts from the last T / 2 characters.
+#include "train_char_gpt_options.hpp"
+
+#include <tessera/data/text.hpp>
+#include <tessera/nn.hpp>
+#include <tessera/train.hpp>
+
+#include <boost/hana/concat.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/transform.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+namespace nn = tessera::nn;
+namespace train = tessera::train;
+namespace data = tessera::data;
+using tessera::index_t;
+
+constexpr index_t T = 128, D = 128, H = 4;
+constexpr std::int64_t eval_contexts = 64, eval_batch = 16;
+constexpr double clip_norm = 1.0;
+
+template <class P>
+using attn_block = nn::Residual<nn::LayerNorm<D>, nn::CausalSelfAttention<D, H, P>>;
+template <class P>
+using mlp_block =
+    nn::Residual<nn::LayerNorm<D>, nn::Linear<D, 4 * D, P>, nn::GELU, nn::Linear<4 * D, D, P>>;
+
+/// The GPT: the token embedding in front of a Sequential of the position embedding, 4 blocks,
+/// the final LayerNorm and the lm_head.
+template <class P, index_t V>
+struct char_gpt {
+  using body_type =
+      nn::Sequential<nn::PositionEmbedding<T, D>, attn_block<P>, mlp_block<P>, attn_block<P>,
+                     mlp_block<P>, attn_block<P>, mlp_block<P>, attn_block<P>, mlp_block<P>,
+                     nn::LayerNorm<D>, nn::Linear<D, V, P>>;
+  static constexpr std::size_t blocks = 4;
+  static constexpr index_t vocab_bound = V;
+
+  nn::Embedding<V, D> tok;
+  body_type body;
+
+  /// The token table from stream 1000 of the seed (the body's layers take streams 0..10).
+  explicit char_gpt(std::uint64_t seed)
+      : tok(tessera::counter_rng{seed, 1000}.bits(0)), body(seed) {}
+
+  /// "tok.weight", then the body's "<layer>.<name>".
+  auto parameters() const {
+    auto t = boost::hana::transform(tok.parameters(), [](auto p) {
+      p.name = "tok." + p.name;
+      return p;
+    });
+    return boost::hana::concat(t, body.parameters());
+  }
+  auto fp8_states() { return body.fp8_states(); }
+
+  /// Logits (B, t, V) of ids (B, t).
+  template <class Exec, class Ids>
+  auto forward(const Exec& exec, const Ids& ids) {
+    return body.forward(exec, tok.forward(exec, ids));
+  }
+  /// Writes every parameter's gradient from dL/dlogits.
+  template <class Exec, class DY>
+  void backward(const Exec& exec, const DY& dlogits) {
+    tok.backward(exec, body.backward(exec, dlogits, true));
+  }
+};
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+/// Inputs (B, T) and targets (B, T) from rows of T + 1 ids.
+struct batch_views {
+  Kokkos::View<std::int32_t**> x, y;
+  void fill(const std::int32_t* rows, std::int64_t b) {
+    if (static_cast<std::int64_t>(x.extent(0)) != b) {
+      x = Kokkos::View<std::int32_t**>("batch.x", b, T);
+      y = Kokkos::View<std::int32_t**>("batch.y", b, T);
+    }
+    const auto hx = Kokkos::create_mirror_view(x);
+    const auto hy = Kokkos::create_mirror_view(y);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (index_t j = 0; j < T; ++j) {
+        hx(i, j) = rows[i * (T + 1) + j];
+        hy(i, j) = rows[i * (T + 1) + j + 1];
+      }
+    Kokkos::deep_copy(x, hx);
+    Kokkos::deep_copy(y, hy);
+  }
+};
+
+/// Mean validation loss over the fixed contexts.
+template <class Model, class Exec>
+double val_loss(Model& model, const Exec& exec, const std::vector<std::int32_t>& val,
+                const std::vector<std::int64_t>& offsets) {
+  nn::SoftmaxCrossEntropy loss;
+  batch_views buf;
+  std::vector<std::int32_t> rows;
+  double sum = 0;
+  for (std::size_t first = 0; first < offsets.size(); first += eval_batch) {
+    const std::size_t n = std::min<std::size_t>(eval_batch, offsets.size() - first);
+    rows.assign(n * (T + 1), 0);
+    for (std::size_t i = 0; i < n; ++i)
+      std::copy_n(val.begin() + offsets[first + i], T + 1, rows.begin() + i * (T + 1));
+    buf.fill(rows.data(), static_cast<std::int64_t>(n));
+    const auto logits = model.forward(exec, buf.x);
+    sum += static_cast<double>(loss.forward(exec, logits, buf.y)) * static_cast<double>(n);
+  }
+  return sum / static_cast<double>(offsets.size());
+}
+
+/// Appends the id drawn from softmax(logits[first + c] / temperature), c < vocab (the logits'
+/// rows beyond the vocabulary ignored), by inverse CDF at u in [0, 1).
+template <class Flat>
+void next_char(std::vector<std::int32_t>& ids, const Flat& flat, std::size_t first,
+               std::int32_t vocab, float temperature, float u, std::vector<float>& probs) {
+  const auto logits = [&](std::int32_t c) {
+    return tessera::to_float(flat(first + static_cast<std::size_t>(c)));
+  };
+  float mx = -INFINITY;
+  for (std::int32_t c = 0; c < vocab; ++c) mx = std::max(mx, logits(c) / temperature);
+  double sum = 0;
+  for (std::int32_t c = 0; c < vocab; ++c) {
+    probs[static_cast<std::size_t>(c)] = std::exp(logits(c) / temperature - mx);
+    sum += probs[static_cast<std::size_t>(c)];
+  }
+  double acc = 0;
+  const double target = static_cast<double>(u) * sum;
+  std::int32_t pick = vocab - 1;
+  for (std::int32_t c = 0; c < vocab; ++c) {
+    acc += probs[static_cast<std::size_t>(c)];
+    if (acc > target) {
+      pick = c;
+      break;
+    }
+  }
+  ids.push_back(pick);
+}
+
+/// FNV-1a 64 over the bytes of every master weight, in parameter order.
+template <class Params>
+std::uint64_t masters_hash(const Params& params) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  boost::hana::for_each(params, [&](const auto& p) {
+    const auto host =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, p.value.kokkos_view());
+    const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
+    for (std::size_t i = 0; i < static_cast<std::size_t>(p.size()) * sizeof(float); ++i)
+      h = (h ^ bytes[i]) * 0x100000001b3ull;
+  });
+  return h;
+}
+
+/// Generation with the attention's key/value caches: feed(first, n) runs positions
+/// first .. first + n - 1 (ids already in `ids`) through the blocks, each attention appending to
+/// its cache, and returns the logits (1, n, V). One new character costs one position's work
+/// (projections, MLP, lm_head) plus attention over the cached positions: linear in the context.
+template <class Model, class Exec>
+class generator {
+public:
+  using attn_type = typename std::remove_cvref_t<
+      decltype(std::declval<Model&>().body.template layer<1>().template layer<1>())>;
+
+  generator(Model& m, const Exec& exec) : m_(m), exec_(exec) {
+    for (std::size_t b = 0; b < Model::blocks; ++b) caches_.emplace_back(1, T);
+  }
+
+  /// ids[first .. first + n) at positions 0 .. n - 1 of fresh caches (a restart), or at the
+  /// positions after the cached ones (first == length()).
+  template <class Ids>
+  auto feed(const Ids& ids, std::size_t first, std::size_t n, bool restart) {
+    if (restart)
+      for (auto& c : caches_) c.reset();
+    const index_t p0 = caches_[0].length();
+    tessera::Tensor<tessera::fp32, tessera::extents<tessera::dyn, tessera::dyn, D>> x(
+        "gen.x", 1, static_cast<index_t>(n));
+    {
+      const auto tok = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{},
+                                                           m_.tok.weight().value.kokkos_view());
+      const auto pos = Kokkos::create_mirror_view_and_copy(
+          Kokkos::HostSpace{}, m_.body.template layer<0>().weight().value.kokkos_view());
+      const auto hx = Kokkos::create_mirror_view(x.kokkos_view());
+      for (std::size_t j = 0; j < n; ++j)
+        for (index_t d = 0; d < D; ++d)
+          hx(j * D + static_cast<std::size_t>(d)) =
+              tok(static_cast<std::size_t>(ids[first + j]) * D + static_cast<std::size_t>(d)) +
+              pos(static_cast<std::size_t>(p0 + static_cast<index_t>(j)) * D +
+                  static_cast<std::size_t>(d));
+      Kokkos::deep_copy(x.kokkos_view(), hx);
+    }
+    return blocks<0>(x);
+  }
+  index_t length() const { return caches_[0].length(); }
+
+private:
+  /// x + a (a in any precision), in fp32.
+  template <class X, class A>
+  X add(const X& x, const A& a) {
+    X y("gen.residual", x.extent(0), x.extent(1));
+    float* py = y.data();
+    const float* px = x.data();
+    const auto* pa = a.data();
+    Kokkos::parallel_for(
+        "train_char_gpt::generate::residual",
+        Kokkos::RangePolicy<Exec>(exec_, 0, static_cast<index_t>(y.size())),
+        KOKKOS_LAMBDA(const index_t i) { py[i] = px[i] + tessera::to_float(pa[i]); });
+    exec_.fence();
+    return y;
+  }
+
+  template <std::size_t B, class X>
+  auto blocks(const X& x) {
+    if constexpr (B == Model::blocks) {
+      auto& body = m_.body;
+      constexpr std::size_t n = std::remove_cvref_t<decltype(body)>::size();
+      const auto h = body.template layer<n - 2>().forward(exec_, x);
+      return body.template layer<n - 1>().forward(exec_, h);
+    } else {
+      auto& ar = m_.body.template layer<1 + 2 * B>();
+      const auto h = ar.template layer<0>().forward(exec_, x);
+      const auto a = ar.template layer<1>().decode(exec_, h, caches_[B]);
+      const X x1 = add(x, a);
+      const auto x2 = m_.body.template layer<2 + 2 * B>().forward(exec_, x1);
+      return blocks<B + 1>(add(x1, x2, std::true_type{}));
+    }
+  }
+  /// The MLP residual already returns x + f(x): take it as is, widened to fp32 if needed.
+  template <class X, class Y>
+  X add(const X& x, const Y& y, std::true_type) {
+    if constexpr (std::is_same_v<Y, X>) {
+      return y;
+    } else {
+      X out("gen.widen", x.extent(0), x.extent(1));
+      float* po = out.data();
+      const auto* py = y.data();
+      Kokkos::parallel_for(
+          "train_char_gpt::generate::widen",
+          Kokkos::RangePolicy<Exec>(exec_, 0, static_cast<index_t>(out.size())),
+          KOKKOS_LAMBDA(const index_t i) { po[i] = tessera::to_float(py[i]); });
+      exec_.fence();
+      return out;
+    }
+  }
+
+  Model& m_;
+  const Exec& exec_;
+  std::vector<typename attn_type::cache> caches_;
+};
+
+/// --sample-len characters after a newline (see the file comment).
+template <class Model, class Exec>
+std::string generate(Model& model, const Exec& exec, const data::char_vocab& vocab,
+                     const chargpt::options& o) {
+  const auto nl = vocab.encode(std::string("\n"));
+  std::vector<std::int32_t> ids{nl.empty() ? 0 : nl[0]};
+  const tessera::counter_rng rng{o.seed, 0x5a4d504c45ull};
+  std::vector<float> probs(static_cast<std::size_t>(vocab.size()));
+  generator<Model, Exec> gen(model, exec);
+  auto logits = gen.feed(ids, 0, 1, true);
+  for (std::int64_t k = 0; k < o.sample_len; ++k) {
+    const std::size_t n = static_cast<std::size_t>(logits.extent(1));
+    const auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits.kokkos_view());
+    next_char(ids, hl, (n - 1) * static_cast<std::size_t>(Model::vocab_bound), vocab.size(),
+              o.temperature, rng.uniform01(static_cast<std::uint64_t>(k)), probs);
+    if (gen.length() < T) {
+      logits = gen.feed(ids, ids.size() - 1, 1, false);
+    } else { // the context is full: restart from the last T / 2 characters
+      const std::size_t keep = T / 2;
+      logits = gen.feed(ids, ids.size() - keep, keep, true);
+    }
+  }
+  return vocab.decode(std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
+}
+
+template <class P, index_t V>
+int run(const chargpt::options& o, const data::char_vocab& vocab, const data::text_split& split) {
+  using exec_space = Kokkos::DefaultExecutionSpace;
+  const exec_space exec;
+  if (!o.checkpoint.empty()) train::check_checkpoint_writable(o.checkpoint);
+  constexpr bool scaled = !std::is_same_v<P, tessera::fp32>;
+  using scaler_type = std::conditional_t<scaled, train::dynamic_scaler<>, train::static_scaler>;
+
+  char_gpt<P, V> model(o.seed);
+  const auto params = model.parameters();
+  const auto fp8_states = model.fp8_states();
+  nn::SoftmaxCrossEntropy loss;
+  train::adamw opt{.lr = 0.f,
+                   .beta1 = 0.9f,
+                   .beta2 = 0.95f,
+                   .eps = 1e-8f,
+                   .weight_decay = 0.1f,
+                   .decay_on = train::decay_rule::matrices};
+  scaler_type scaler{};
+  train::lr_scheduler sched{
+      .schedule = {
+          .lr = o.lr, .min_lr = o.lr / 10.0, .warmup_steps = o.warmup, .total_steps = o.steps}};
+  sched.schedule.validate();
+  train::grad_accumulator acc;
+  train::run_state state{.step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
+  if (!o.resume.empty()) {
+    train::load_checkpoint(o.resume, params, opt, scaler, state, sched, acc, fp8_states);
+    if (state.data_seed != o.seed)
+      throw tessera::value_error("train_char_gpt: " + o.resume + " was trained with --seed " +
+                                 std::to_string(state.data_seed) + ", not " +
+                                 std::to_string(o.seed));
+    std::fprintf(stderr, "[train] resumed from %s after step %ld\n", o.resume.c_str(),
+                 long(state.step));
+  }
+  std::int64_t n_params = 0;
+  boost::hana::for_each(params, [&](const auto& p) { n_params += p.size(); });
+  std::fprintf(stderr,
+               "[train] %s, vocabulary %d (bound %ld), %ld train / %ld validation characters, "
+               "%ld parameters, batch %ld x %ld (%ld micro-batch(es)), %d thread(s)\n",
+               o.precision.c_str(), vocab.size(), long(V), long(split.train.size()),
+               long(split.val.size()), long(n_params), long(o.batch), long(T), long(o.accum),
+               exec_space().concurrency());
+
+  const data::context_sampler sampler(static_cast<std::int64_t>(split.train.size()), T, o.seed);
+  const auto offsets =
+      data::eval_offsets(static_cast<std::int64_t>(split.val.size()), T, eval_contexts);
+  const auto evaluate = [&](std::int64_t step) {
+    std::printf("step %ld val loss %.4f\n", long(step), val_loss(model, exec, split.val, offsets));
+    std::fflush(stdout);
+  };
+  const auto save = [&] {
+    if (!o.checkpoint.empty())
+      train::save_checkpoint(o.checkpoint, params, opt, scaler, state, sched, acc, fp8_states);
+  };
+  if (state.step == 0) evaluate(0);
+
+  batch_views buf;
+  const std::int64_t micro = o.batch / o.accum;
+  const auto t0 = clock_type::now();
+  auto last_bar = t0;
+  double train_seconds = 0, loss_sum = 0;
+  std::int64_t tokens = 0, skipped = 0, since_eval = 0;
+  const std::int64_t last = o.stop_at > 0 ? o.stop_at : o.steps;
+  while (state.step < last) {
+    const auto ts = clock_type::now();
+    const auto rows = sampler.batch(split.train, static_cast<std::uint64_t>(state.step), o.batch);
+    double step_loss = 0;
+    for (std::int64_t m = 0; m < o.accum; ++m) {
+      buf.fill(rows.data() + m * micro * (T + 1), micro);
+      const auto logits = model.forward(exec, buf.x);
+      const float s = scaler.scale();
+      const auto [l, dlogits] = loss.forward_backward(exec, logits, buf.y, s);
+      model.backward(exec, dlogits);
+      if (o.accum > 1) acc.accumulate(exec, params);
+      step_loss += static_cast<double>(l) / static_cast<double>(o.accum);
+    }
+    if (o.accum > 1) acc.finish(exec, params);
+    opt.set_lr(sched.next());
+    const auto r = train::clipped_step(exec, opt, scaler, params, clip_norm);
+    skipped += r.applied ? 0 : 1;
+    ++state.step;
+    train_seconds += seconds_since(ts);
+    tokens += o.batch * T;
+    loss_sum += step_loss;
+    ++since_eval;
+    const bool eval_now = state.step % o.eval_every == 0 || state.step == last;
+    if (o.progress && (seconds_since(last_bar) > 0.25 || eval_now)) {
+      last_bar = clock_type::now();
+      const int width = 30;
+      const int fill = static_cast<int>(width * state.step / o.steps);
+      std::fprintf(stderr, "\r  step [%.*s%*s] %ld/%ld  loss %.4f  %.0f tokens/s ", fill,
+                   "##############################", width - fill, "", long(state.step),
+                   long(o.steps), step_loss, static_cast<double>(tokens) / train_seconds);
+    }
+    if (eval_now) {
+      if (o.progress) std::fprintf(stderr, "\n");
+      std::printf("step %ld train loss %.4f  %.0f tokens/s  lr %.3g", long(state.step),
+                  loss_sum / static_cast<double>(since_eval),
+                  static_cast<double>(tokens) / train_seconds, double(opt.lr));
+      if (scaled)
+        std::printf("  (loss scale %g, %ld skipped)", double(scaler.scale()), long(skipped));
+      std::printf("\n");
+      loss_sum = 0;
+      since_eval = 0;
+      evaluate(state.step);
+      save();
+    }
+  }
+  if (tokens > 0)
+    std::printf("trained %ld tokens in %.1f s: %.0f tokens/s (%s, %d thread(s))\n", long(tokens),
+                train_seconds, static_cast<double>(tokens) / train_seconds, o.precision.c_str(),
+                exec_space().concurrency());
+  std::printf("masters fnv1a %016llx after step %ld\n",
+              static_cast<unsigned long long>(masters_hash(params)), long(state.step));
+  if (o.sample_len > 0) {
+    const std::string text = generate(model, exec, vocab, o);
+    std::printf("sample (temperature %g, seed %llu):\n%s\n", double(o.temperature),
+                static_cast<unsigned long long>(o.seed), text.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr, "train_char_gpt: %s\n%s\n", msg.c_str(), chargpt::usage_text());
+  std::exit(2);
+}
+
+template <class P>
+int run_precision(const chargpt::options& o, const data::char_vocab& vocab,
+                  const data::text_split& split) {
+  if (vocab.size() <= 128) return run<P, 128>(o, vocab, split);
+  return run<P, 256>(o, vocab, split);
+}
+
+} // namespace
+
+int main(int argc, char* argv[]) {
+  chargpt::options o;
+  try {
+    o = chargpt::parse_options(argc, argv);
+  } catch (const chargpt::usage_error& e) {
+    usage(e.what());
+  }
+  // Kokkos' thread-count flag: --kokkos-threads on 3.x, --kokkos-num-threads from 4.0.
+  std::vector<std::string> kargs{argv[0]};
+  if (o.threads > 0)
+#if KOKKOS_VERSION >= 40000
+    kargs.push_back("--kokkos-num-threads=" + std::to_string(o.threads));
+#else
+    kargs.push_back("--kokkos-threads=" + std::to_string(o.threads));
+#endif
+  std::vector<char*> kargv;
+  for (auto& s : kargs) kargv.push_back(s.data());
+  int kargc = static_cast<int>(kargv.size());
+  Kokkos::ScopeGuard kokkos(kargc, kargv.data());
+  try {
+    const auto corpus = data::read_text_directory(o.data);
+    const data::char_vocab vocab(corpus.bytes);
+    const auto split = data::split_text(vocab.encode(corpus.bytes), T);
+    if (o.precision == "fp32") return run_precision<tessera::fp32>(o, vocab, split);
+    if (o.precision == "bf16") return run_precision<tessera::bf16>(o, vocab, split);
+    return run_precision<nn::fp8<>>(o, vocab, split);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_char_gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,118 @@
+#pragma once
+// The command line of examples/train_char_gpt.cpp: its options and a strict parser, with the
+// number parsing of examples/train_fashion_mnist_options.hpp (values parsed whole and
+// range-checked; no "1e3" for an integer, no sign where none belongs). Any bad flag or value
+// throws chargpt::usage_error (= fashion::usage_error) saying what is wrong; the parser never
+// exits, never touches files, so it is tested on its own (tests/examples/test_char_gpt_options).
+#include "train_fashion_mnist_options.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace chargpt {
+
+using fashion::usage_error;
+
+struct options {
+  std::string precision = "fp32";
+  int threads = 0;               // 0: Kokkos' default
+  std::int64_t steps = 2000;     // optimizer steps; the cosine reaches lr / 10 here
+  std::int64_t warmup = 100;     // linear warm-up steps (<= steps)
+  std::int64_t stop_at = 0;      // stop after this step (0: at --steps); resume later
+  std::int64_t batch = 16;       // contexts per optimizer step
+  std::int64_t accum = 1;        // micro-batches per step (divides batch)
+  float lr = 1e-3f;              // peak learning rate
+  std::uint64_t seed = 1;        // model initialisation, batches and the sample
+  std::int64_t eval_every = 100; // steps between `val loss` lines
+  std::int64_t sample_len = 400; // characters generated at the end (0: none)
+  float temperature = 0.8f;      // sampling temperature
+  std::string data = "/usr/share/games/fortunes";
+  std::string checkpoint, resume;
+  bool progress = true;
+};
+
+/// The usage line (without a trailing newline).
+inline const char* usage_text() {
+  return "usage: train_char_gpt [--precision fp32|bf16|fp8] [--threads N (0..4096, 0: default)] "
+         "[--steps N (1..10000000)] [--warmup N (0..steps)] [--stop-at N (1..steps)] [--batch N "
+         "(1..4096)] "
+         "[--accum N (micro-batches per step, divides --batch)] [--lr X (finite, > 0)] "
+         "[--seed N] [--eval-every N (1..10000000)] [--sample-len N (0..100000)] "
+         "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE] "
+         "[--resume FILE] [--no-progress]";
+}
+
+/// Parses argv[1..argc); flags starting "--kokkos" are Kokkos' own and are skipped.
+inline options parse_options(int argc, const char* const* argv) {
+  using fashion::detail::parse_integer;
+  using fashion::detail::parse_positive_float;
+  options o;
+  bool seen_warmup = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i] ? argv[i] : "";
+    const auto next = [&]() -> std::string {
+      if (i + 1 >= argc || !argv[i + 1]) throw usage_error("missing value after " + a);
+      return argv[++i];
+    };
+    const auto nonempty = [&](std::string v) {
+      if (v.empty()) throw usage_error(a + ": the value is empty");
+      return v;
+    };
+    if (a == "--precision") {
+      o.precision = next();
+      if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp8")
+        throw usage_error("--precision '" + o.precision + "': must be fp32, bf16 or fp8");
+    } else if (a == "--threads") {
+      o.threads = parse_integer<int>(a, next(), 0, 4096);
+    } else if (a == "--steps") {
+      o.steps = parse_integer<std::int64_t>(a, next(), 1, 10000000);
+    } else if (a == "--warmup") {
+      o.warmup = parse_integer<std::int64_t>(a, next(), 0, 10000000);
+      seen_warmup = true;
+    } else if (a == "--stop-at") {
+      o.stop_at = parse_integer<std::int64_t>(a, next(), 1, 10000000);
+    } else if (a == "--batch") {
+      o.batch = parse_integer<std::int64_t>(a, next(), 1, 4096);
+    } else if (a == "--accum") {
+      o.accum = parse_integer<std::int64_t>(a, next(), 1, 4096);
+    } else if (a == "--lr") {
+      o.lr = parse_positive_float(a, next(), 10.f);
+    } else if (a == "--seed") {
+      o.seed =
+          parse_integer<std::uint64_t>(a, next(), 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (a == "--eval-every") {
+      o.eval_every = parse_integer<std::int64_t>(a, next(), 1, 10000000);
+    } else if (a == "--sample-len") {
+      o.sample_len = parse_integer<std::int64_t>(a, next(), 0, 100000);
+    } else if (a == "--temperature") {
+      o.temperature = parse_positive_float(a, next(), 100.f);
+    } else if (a == "--data") {
+      o.data = nonempty(next());
+    } else if (a == "--checkpoint") {
+      o.checkpoint = nonempty(next());
+    } else if (a == "--resume") {
+      o.resume = nonempty(next());
+    } else if (a == "--no-progress") {
+      o.progress = false;
+    } else if (a.rfind("--kokkos", 0) == 0) {
+      continue; // Kokkos' own flags
+    } else {
+      throw usage_error("unknown argument '" + a + "'");
+    }
+  }
+  // The default warm-up shrinks with a short run (at most a tenth of it); a given one must fit.
+  if (!seen_warmup && o.warmup > o.steps / 10) o.warmup = o.steps / 10;
+  if (o.warmup > o.steps)
+    throw usage_error("--warmup " + std::to_string(o.warmup) + ": exceeds --steps " +
+                      std::to_string(o.steps));
+  if (o.stop_at > o.steps)
+    throw usage_error("--stop-at " + std::to_string(o.stop_at) + ": exceeds --steps " +
+                      std::to_string(o.steps));
+  if (o.batch % o.accum != 0)
+    throw usage_error("--accum " + std::to_string(o.accum) + ": must divide --batch " +
+                      std::to_string(o.batch));
+  return o;
+}
+
+} // namespace chargpt

@@ -1,0 +1,108 @@
+// The command line of examples/train_char_gpt.cpp (chargpt::parse_options): defaults, every flag
+// with a good value parsed to that value, bad values refused with a usage_error naming the flag,
+// and the cross-flag rules (--warmup <= --steps, --accum divides --batch, the default warm-up
+// capped at a tenth of a short run).
+#include "support/messages.hpp"
+#include "train_char_gpt_options.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <initializer_list>
+#include <vector>
+
+using tessera::testing::what_contains;
+
+namespace {
+
+chargpt::options parse(std::initializer_list<const char*> args) {
+  std::vector<const char*> argv{"train_char_gpt"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return chargpt::parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+void refused(const char* flag, const char* value) {
+  INFO(flag << " '" << value << "'");
+  REQUIRE_THROWS_MATCHES(parse({flag, value}), chargpt::usage_error, what_contains({flag}));
+}
+
+} // namespace
+
+TEST_CASE("train_char_gpt: the documented defaults", "[examples][options]") {
+  const auto o = parse({});
+  CHECK(o.precision == "fp32");
+  CHECK(o.threads == 0);
+  CHECK(o.steps == 2000);
+  CHECK(o.warmup == 100);
+  CHECK(o.stop_at == 0);
+  CHECK(o.batch == 16);
+  CHECK(o.accum == 1);
+  CHECK(o.lr == 1e-3f);
+  CHECK(o.seed == 1);
+  CHECK(o.eval_every == 100);
+  CHECK(o.sample_len == 400);
+  CHECK(o.temperature == 0.8f);
+  CHECK(o.data == "/usr/share/games/fortunes");
+  CHECK(o.checkpoint.empty());
+  CHECK(o.resume.empty());
+  CHECK(o.progress);
+}
+
+TEST_CASE("train_char_gpt: every flag parsed", "[examples][options]") {
+  const auto o = parse(
+      {"--precision",  "bf16",  "--threads",     "2",     "--steps",       "300",
+       "--warmup",     "30",    "--batch",       "8",     "--accum",       "4",
+       "--lr",         "3e-4",  "--seed",        "7",     "--eval-every",  "50",
+       "--sample-len", "0",     "--temperature", "1.5",   "--data",        "/tmp/x",
+       "--checkpoint", "c.tsr", "--resume",      "r.tsr", "--no-progress", "--kokkos-threads=1"});
+  CHECK(o.precision == "bf16");
+  CHECK(o.threads == 2);
+  CHECK(o.steps == 300);
+  CHECK(o.warmup == 30);
+  CHECK(o.stop_at == 200);
+  CHECK(o.batch == 8);
+  CHECK(o.accum == 4);
+  CHECK(o.lr == 3e-4f);
+  CHECK(o.seed == 7);
+  CHECK(o.eval_every == 50);
+  CHECK(o.sample_len == 0);
+  CHECK(o.temperature == 1.5f);
+  CHECK(o.data == "/tmp/x");
+  CHECK(o.checkpoint == "c.tsr");
+  CHECK(o.resume == "r.tsr");
+  CHECK_FALSE(o.progress);
+  CHECK(parse({"--precision", "fp8"}).precision == "fp8");
+}
+
+TEST_CASE("train_char_gpt: bad values refused naming the flag", "[examples][options]") {
+  refused("--precision", "fp16");
+  refused("--precision", "FP32");
+  for (const char* v : {"0", "-1", "1e3", "10000001", "3x", ""}) refused("--steps", v);
+  for (const char* v : {"0", "4097", "+4"}) refused("--batch", v);
+  refused("--accum", "0");
+  refused("--stop-at", "0");
+  refused("--threads", "4097");
+  for (const char* v : {"0", "-1e-3", "nan", "inf", "11", "abc"}) refused("--lr", v);
+  refused("--temperature", "0");
+  refused("--temperature", "101");
+  refused("--eval-every", "0");
+  refused("--sample-len", "100001");
+  refused("--seed", "-1");
+  refused("--data", "");
+  refused("--checkpoint", "");
+  REQUIRE_THROWS_MATCHES(parse({"--steps"}), chargpt::usage_error,
+                         what_contains({"missing value after --steps"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2"}), chargpt::usage_error,
+                         what_contains({"unknown argument '--plan'"}));
+}
+
+TEST_CASE("train_char_gpt: cross-flag rules", "[examples][options]") {
+  CHECK(parse({"--steps", "20"}).warmup == 2); // default capped at steps / 10
+  CHECK(parse({"--steps", "5"}).warmup == 0);
+  CHECK(parse({"--steps", "20", "--warmup", "20"}).warmup == 20);
+  REQUIRE_THROWS_MATCHES(parse({"--steps", "20", "--warmup", "21"}), chargpt::usage_error,
+                         what_contains({"--warmup 21", "--steps 20"}));
+  REQUIRE_THROWS_MATCHES(parse({"--steps", "20", "--stop-at", "21"}), chargpt::usage_error,
+                         what_contains({"--stop-at 21", "--steps 20"}));
+  REQUIRE_THROWS_MATCHES(parse({"--batch", "16", "--accum", "3"}), chargpt::usage_error,
+                         what_contains({"--accum 3", "--batch 16"}));
+}
