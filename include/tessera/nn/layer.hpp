@@ -93,26 +93,26 @@ struct is_parameter_tuple<boost::hana::tuple<P...>>
     : std::bool_constant<(Parameter<P> && ... && true)> {};
 
 template <class L>
-concept has_parameters_call = requires(const L& l) {
+concept HasParametersCall = requires(const L& l) {
   l.parameters();
 };
 template <class L>
-concept parameters_are_handles =
+concept ParametersAreHandles =
     is_parameter_tuple<std::remove_cvref_t<decltype(std::declval<const L&>().parameters())>>::value;
 
 template <class L, class InExt>
-concept declares_accepts = requires {
+concept DeclaresAccepts = requires {
   { L::template accepts<InExt> } -> std::convertible_to<bool>;
 };
 template <class L, class InExt>
-concept declares_output_extents = requires {
+concept DeclaresOutputExtents = requires {
   typename L::template output_extents<InExt>;
 };
 } // namespace detail
 
 /// `parameters() const` returns a boost::hana::tuple of nn::parameter handles (possibly empty).
 template <class L>
-concept LayerWithParameters = detail::has_parameters_call<L> && detail::parameters_are_handles<L>;
+concept LayerWithParameters = detail::HasParametersCall<L> && detail::ParametersAreHandles<L>;
 
 /// The type-level part of a layer: seeded construction and its parameters.
 template <class L>
@@ -121,8 +121,8 @@ concept Layer = SeededLayer<L> && LayerWithParameters<L>;
 /// L says at compile time whether it takes inputs of extents InExt (`accepts<InExt>`, a
 /// constant bool) and, if it does, the extents it returns (`output_extents<InExt>`).
 template <class L, class InExt>
-concept LayerShapeRule = detail::declares_accepts<L, InExt> &&
-    (!L::template accepts<InExt> || detail::declares_output_extents<L, InExt>);
+concept LayerShapeRule = detail::DeclaresAccepts<L, InExt> &&
+    (!L::template accepts<InExt> || detail::DeclaresOutputExtents<L, InExt>);
 
 /// l.forward(exec, x) compiles for a tensor x of type X.
 template <class L, class Exec, class X>

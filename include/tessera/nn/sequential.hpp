@@ -115,7 +115,7 @@ requires(!std::is_void_v<Shape>) struct shape_chain<I, Previous, Shape, Next, Re
 };
 
 template <class L>
-concept fixes_input = requires {
+concept FixesInput = requires {
   typename L::input_extents;
 };
 
@@ -143,7 +143,7 @@ struct static_shape_check {
   static constexpr bool value = true;
 };
 template <class First, class... Rest>
-requires fixes_input<First>
+requires FixesInput<First>
 struct static_shape_check<First, Rest...> {
   static constexpr bool value = !std::is_void_v<
       typename shape_chain<0, void, typename First::input_extents, First, Rest...>::type>;

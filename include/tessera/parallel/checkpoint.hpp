@@ -195,7 +195,7 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
       std::size_t k = 0;
       boost::hana::for_each(layer.parameters(), [&](const auto& p) {
         shard_spec s{};
-        if constexpr (detail::tensor_parallel_layer<L>) s = L::shards[k];
+        if constexpr (detail::TensorParallelLayer<L>) s = L::shards[k];
         ++k;
         text += "param " + std::to_string(decltype(index)::value) + "." + p.name + " split " +
                 (s.split ? "1" : "0") + " dim " + std::to_string(s.dim) + "\n";

@@ -85,7 +85,7 @@ private:
 namespace detail {
 /// T is the storage type of some precision (float, bfloat16, float16, ...).
 template <class T>
-concept precision_storage = requires {
+concept PrecisionStorage = requires {
   typename precision_of_t<T>;
 };
 } // namespace detail
@@ -93,7 +93,7 @@ concept precision_storage = requires {
 /// Element types communicators carry: the wire types of the precisions
 /// (precision_traits<P>::wire_type: float and bfloat16; fp16 travels as float, fp8 as bfloat16).
 template <class T>
-concept CommScalar = detail::precision_storage<T> && std::same_as<T, wire_t<precision_of_t<T>>>;
+concept CommScalar = detail::PrecisionStorage<T> && std::same_as<T, wire_t<precision_of_t<T>>>;
 
 /// What a parallel plan needs from a group of processes (see the file comment).
 template <class C>

@@ -79,8 +79,7 @@ public:
   // Not for C = tensor_group: checking Communicator<tensor_group> asks whether tensor_group is
   // move-constructible, which would consider this constructor again (clang stops there).
   template <class C>
-    requires(!std::is_same_v<C, tensor_group> && Communicator<C>)
-  explicit tensor_group(C comm) {
+  requires(!std::is_same_v<C, tensor_group> && Communicator<C>) explicit tensor_group(C comm) {
     auto c = std::make_shared<C>(std::move(comm));
     rank_ = c->rank();
     size_ = c->size();
@@ -192,7 +191,7 @@ inline void check_bound(const char* layer, bool bound) {
 /// per-tensor scales would have to agree across the group.
 /// (A concept, so that the traits are read only for precisions: nn::fp8<R> has none.)
 template <class P>
-concept tensor_parallel_precision = Precision<P> && !precision_traits<P>::scaled;
+concept TensorParallelPrecision = Precision<P> && !precision_traits<P>::scaled;
 
 /// The reduction a shard layer hands to nn::Linear / nn::Conv2d (nn::detail::no_reduction's
 /// counterpart): the fp32 partial sums, summed over the tensor group in place.
@@ -289,7 +288,7 @@ class ColumnParallelLinear
                                  split_role::column> {
   static_assert(T >= 1 && Out % T == 0,
                 "tessera::parallel::ColumnParallelLinear<In, Out, T>: T must divide Out");
-  static_assert(detail::tensor_parallel_precision<P>,
+  static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::ColumnParallelLinear: tensor-parallel layers compute in "
                 "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T,
@@ -319,7 +318,7 @@ class RowParallelLinear
                                  split_role::row> {
   static_assert(T >= 1 && In % T == 0,
                 "tessera::parallel::RowParallelLinear<In, Out, T>: T must divide In");
-  static_assert(detail::tensor_parallel_precision<P>,
+  static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in "
                 "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T,
@@ -349,7 +348,7 @@ class ColumnParallelConv2d
       "tessera::parallel::ColumnParallelConv2d<InC, OutC, K, Opt, T>: T must divide OutC");
   static_assert(Opt.groups == 1,
                 "tessera::parallel::ColumnParallelConv2d: grouped convolutions are not split");
-  static_assert(detail::tensor_parallel_precision<P>,
+  static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in "
                 "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
@@ -379,7 +378,7 @@ class RowParallelConv2d
                 "tessera::parallel::RowParallelConv2d<InC, OutC, K, Opt, T>: T must divide InC");
   static_assert(Opt.groups == 1,
                 "tessera::parallel::RowParallelConv2d: grouped convolutions are not split");
-  static_assert(detail::tensor_parallel_precision<P>,
+  static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in "
                 "an unscaled precision (not a scaled one such as fp8)");
   using base = detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
@@ -473,7 +472,7 @@ requires(R != split_role::replicate) struct split_layer<I, nn::Linear<In, Out, P
   static constexpr index_t width = R == split_role::column ? Out : In;
   static constexpr bool ok =
       tensor_split_check<I, nn::Linear<In, Out, P>, T, width % T == 0>::ok &&
-      tensor_split_precision_check<I, nn::Linear<In, Out, P>, tensor_parallel_precision<P>>::ok;
+      tensor_split_precision_check<I, nn::Linear<In, Out, P>, TensorParallelPrecision<P>>::ok;
   using type = std::conditional_t<R == split_role::column, ColumnParallelLinear<In, Out, T, P>,
                                   RowParallelLinear<In, Out, T, P>>;
 };
@@ -484,7 +483,7 @@ requires(R != split_role::replicate) struct split_layer<I, nn::Conv2d<InC, OutC,
   static constexpr bool ok =
       tensor_split_check<I, nn::Conv2d<InC, OutC, K, O, P>, T, width % T == 0>::ok &&
       tensor_split_precision_check<I, nn::Conv2d<InC, OutC, K, O, P>,
-                                   tensor_parallel_precision<P>>::ok;
+                                   TensorParallelPrecision<P>>::ok;
   using type =
       std::conditional_t<R == split_role::column, ColumnParallelConv2d<InC, OutC, K, O, T, P>,
                          RowParallelConv2d<InC, OutC, K, O, T, P>>;
@@ -534,7 +533,7 @@ using tensor_split_t = typename tensor_split<Model, T>::type;
 
 namespace detail {
 template <class L>
-concept tensor_parallel_layer = requires(L& l, const tensor_group& g) {
+concept TensorParallelLayer = requires(L& l, const tensor_group& g) {
   l.bind(g);
   L::shards;
 };
@@ -570,7 +569,7 @@ void for_each_layer(Model& model, F&& f) {
 template <class Model>
 void bind_tensor_group(Model& model, const tensor_group& group) {
   for_each_layer(model, [&](auto, auto& layer) {
-    if constexpr (detail::tensor_parallel_layer<std::remove_cvref_t<decltype(layer)>>)
+    if constexpr (detail::TensorParallelLayer<std::remove_cvref_t<decltype(layer)>>)
       layer.bind(group);
   });
 }
@@ -586,7 +585,7 @@ std::map<std::string, std::vector<float>> gather_whole(Model& model, const tenso
       std::vector<float> local = host_values(Gradients ? p.grad : p.value);
       auto& full = out[std::to_string(decltype(index)::value) + "." + p.name];
       shard_spec s{};
-      if constexpr (tensor_parallel_layer<L>) s = L::shards[k];
+      if constexpr (TensorParallelLayer<L>) s = L::shards[k];
       ++k;
       if (!s.split) {
         full = std::move(local);
@@ -632,7 +631,7 @@ void scatter_parameters(Model& model, const tensor_group& group,
         const std::string name = std::to_string(decltype(index)::value) + "." + p.name;
         const auto it = whole.find(name);
         shard_spec s{};
-        if constexpr (detail::tensor_parallel_layer<L>) s = L::shards[k];
+        if constexpr (detail::TensorParallelLayer<L>) s = L::shards[k];
         ++k;
         const std::size_t want = std::size_t(p.size()) * (s.split ? std::size_t(group.size()) : 1);
         if (pass == 0) {

@@ -312,7 +312,7 @@ void stage_params(reader& in, const Params& params, commit_list& commits) {
 // ---- optimizers --------------------------------------------------------------------------------
 
 template <class Opt>
-concept checkpointable_optimizer = requires(Opt o) {
+concept CheckpointableOptimizer = requires(Opt o) {
   { Opt::kind } -> std::convertible_to<const char*>;
   Opt::slot_names;
   o.state.step;
@@ -596,7 +596,7 @@ void for_each_fp8(T&& x, F&& f) {
 template <class Params, class Optimizer, class Scaler, class... Fp8States>
 void save_checkpoint(const std::filesystem::path& path, const Params& params, const Optimizer& opt,
                      const Scaler& scaler, const run_state& run, const Fp8States&... fp8_states) {
-  static_assert(detail::ckpt::checkpointable_optimizer<Optimizer>,
+  static_assert(detail::ckpt::CheckpointableOptimizer<Optimizer>,
                 "tessera::train::save_checkpoint: the optimizer must be tessera::train::sgd or "
                 "adamw (a type with kind, slot_names and an optimizer state).");
   static_assert(is_loss_scaler<Scaler>::value,
@@ -648,7 +648,7 @@ inline void check_checkpoint_writable(const std::filesystem::path& path) {
 template <class Params, class Optimizer, class Scaler, class... Fp8States>
 void load_checkpoint(const std::filesystem::path& path, const Params& params, Optimizer& opt,
                      Scaler& scaler, run_state& run, Fp8States&&... fp8_states) {
-  static_assert(detail::ckpt::checkpointable_optimizer<Optimizer>,
+  static_assert(detail::ckpt::CheckpointableOptimizer<Optimizer>,
                 "tessera::train::load_checkpoint: the optimizer must be tessera::train::sgd or "
                 "adamw (a type with kind, slot_names and an optimizer state).");
   static_assert(is_loss_scaler<Scaler>::value,
