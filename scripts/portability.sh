@@ -33,7 +33,7 @@ mkdir -p "$out"
 # One test program per module (tests/<module>/), the representative subset.
 representative=(test_precision test_tensor test_gemm_scaled test_conv2d test_nn_layers
                 test_train_optimizers test_parallel_single_process)
-examples=(gemm conv tour train_fashion_mnist)
+examples=(gemm conv tour train_fashion_mnist train_char_gpt)
 
 summary=()
 failed=0

@@ -48,12 +48,14 @@ TEST_CASE("train_char_gpt: the documented defaults", "[examples][options]") {
 }
 
 TEST_CASE("train_char_gpt: every flag parsed", "[examples][options]") {
-  const auto o = parse(
-      {"--precision",  "bf16",  "--threads",     "2",     "--steps",       "300",
-       "--warmup",     "30",    "--batch",       "8",     "--accum",       "4",
-       "--lr",         "3e-4",  "--seed",        "7",     "--eval-every",  "50",
-       "--sample-len", "0",     "--temperature", "1.5",   "--data",        "/tmp/x",
-       "--checkpoint", "c.tsr", "--resume",      "r.tsr", "--no-progress", "--kokkos-threads=1"});
+  const auto o = parse({"--precision",  "bf16",   "--threads",     "2",
+                        "--steps",      "300",    "--stop-at",     "200",
+                        "--warmup",     "30",     "--batch",       "8",
+                        "--accum",      "4",      "--lr",          "3e-4",
+                        "--seed",       "7",      "--eval-every",  "50",
+                        "--sample-len", "0",      "--temperature", "1.5",
+                        "--data",       "/tmp/x", "--checkpoint",  "c.tsr",
+                        "--resume",     "r.tsr",  "--no-progress", "--kokkos-threads=1"});
   CHECK(o.precision == "bf16");
   CHECK(o.threads == 2);
   CHECK(o.steps == 300);

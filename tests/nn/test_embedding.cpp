@@ -125,7 +125,7 @@ TEST_CASE("nn::Embedding / PositionEmbedding: N(0, 0.02) from the seed", "[nn][e
   CHECK(std::abs(std::sqrt(sp / double(wp.size())) - 0.02) < 6e-4);
 }
 
-TEST_CASE("nn::PositionEmbedding: x + P[0..t), gradients, t above the table", "[nn][embedding]") {
+TEST_CASE("nn::PositionEmbedding: x + P(0..t), gradients, t above the table", "[nn][embedding]") {
   constexpr index_t T = 9, D = 4;
   nn::PositionEmbedding<T, D> pos(2);
   for (const auto& [B, t] : std::vector<std::pair<index_t, index_t>>{{1, 1}, {3, 5}, {2, 9}}) {
