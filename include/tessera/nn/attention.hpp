@@ -310,17 +310,15 @@ public:
           for (index_t c = 0; c < nk * d; ++c) dk[c] = dv[c] = 0.f;
           for (index_t i0 = (j0 / tile) * tile; i0 < t; i0 += tile) {
             const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
-            scores(s, qh + i0 * d, kth + j0, nq, nk, tile, t);
-            scores(dp, doh + i0 * d, vth + j0, nq, nk, tile, t);
+            probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
+                              tile, t);
             for (index_t r = 0; r < nq; ++r) {
               const index_t i = i0 + r;
               const index_t valid = causal_keys(i, j0, nk);
-              const float L = lse[bh * t + i], Di = di[bh * t + i];
               const float* qr = qh + i * d;
               const float* gr = doh + i * d;
               for (index_t c = 0; c < valid; ++c) {
-                const float p = detail::kmath::exp(s[r * tile + c] - L);
-                const float ds = p * (dp[r * tile + c] - Di);
+                const float p = s[r * tile + c], ds = dp[r * tile + c];
                 float* dvr = dv + c * d;
                 float* dkr = dk + c * d;
                 for (index_t e = 0; e < d; ++e) {
@@ -357,16 +355,13 @@ public:
           for (index_t c = 0; c < nq * d; ++c) dq[c] = 0.f;
           for (index_t j0 = 0; j0 < i1; j0 += tile) {
             const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
-            scores(s, qh + i0 * d, kth + j0, nq, nk, tile, t);
-            scores(dp, doh + i0 * d, vth + j0, nq, nk, tile, t);
+            probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
+                              tile, t);
             for (index_t r = 0; r < nq; ++r) {
-              const index_t i = i0 + r;
-              const index_t valid = causal_keys(i, j0, nk);
-              const float L = lse[bh * t + i], Di = di[bh * t + i];
+              const index_t valid = causal_keys(i0 + r, j0, nk);
               float* dqr = dq + r * d;
               for (index_t c = 0; c < valid; ++c) {
-                const float p = detail::kmath::exp(s[r * tile + c] - L);
-                const float ds = p * (dp[r * tile + c] - Di);
+                const float ds = dp[r * tile + c];
                 const float* kr = kh + (j0 + c) * d;
                 for (index_t e = 0; e < d; ++e) dqr[e] += ds * kr[e];
               }
@@ -479,6 +474,29 @@ private:
         const float av = ar[e];
         const float* br = bt + e * t;
         for (index_t c = 0; c < nk; ++c) sr[c] += av * br[c];
+      }
+    }
+  }
+
+  /// The backward tile of queries i0 .. i0 + nq - 1 and keys j0 .. j0 + nk - 1 of one head,
+  /// shared by both backward passes: recomputes the scores and dP = dO V^T, then overwrites,
+  /// for the keys each row may see, s with P = exp(s - L) and dp with dS = P (dP - D) (lse_h
+  /// and di_h: the head's L and D per row).
+  KOKKOS_INLINE_FUNCTION static void
+  probs_and_dscores(float* s, float* dp, const float* qh, const float* kth, const float* doh,
+                    const float* vth, const float* lse_h, const float* di_h, index_t i0, index_t j0,
+                    index_t nq, index_t nk, index_t ld, index_t t) {
+    scores(s, qh + i0 * head_dim, kth + j0, nq, nk, ld, t);
+    scores(dp, doh + i0 * head_dim, vth + j0, nq, nk, ld, t);
+    for (index_t r = 0; r < nq; ++r) {
+      const index_t valid = causal_keys(i0 + r, j0, nk);
+      const float L = lse_h[i0 + r], Di = di_h[i0 + r];
+      float* sr = s + r * ld;
+      float* dpr = dp + r * ld;
+      for (index_t c = 0; c < valid; ++c) {
+        const float p = detail::kmath::exp(sr[c] - L);
+        sr[c] = p;
+        dpr[c] = p * (dpr[c] - Di);
       }
     }
   }
