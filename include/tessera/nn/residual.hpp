@@ -99,6 +99,22 @@ struct residual_flops<InExt, L, Rest...> {
   }();
 };
 
+/// out = a + b element by element (a, b of out's size, any precisions): each sum in fp32,
+/// rounded once to out's precision. Fences.
+template <class Exec, class A, class B, class O>
+void add_rounded(const Exec& exec, const char* label, const A& a, const B& b, const O& out) {
+  using P = typename O::precision;
+  for_chunks(
+      exec, label, out.size(), KOKKOS_LAMBDA(const index_t begin, const index_t end) {
+        const auto* pa = a.data();
+        const auto* pb = b.data();
+        auto* po = out.data();
+        for (index_t i = begin; i < end; ++i)
+          po[i] = from_float<P>(to_float(pa[i]) + to_float(pb[i]));
+      });
+  exec.fence();
+}
+
 } // namespace detail
 
 template <class... Layers>
@@ -157,16 +173,7 @@ public:
       throw shape_error("tessera::nn::Residual::forward: f(x) has shape " +
                         shape_string(f.extents()) + " but x has " + shape_string(x.extents()));
     auto y = y_.template get<P>(x.extents());
-    detail::for_chunks(
-        exec, "tessera::nn::Residual::forward", x.size(),
-        KOKKOS_LAMBDA(const index_t begin, const index_t end) {
-          const auto* a = x.data();
-          const auto* b = f.data();
-          auto* out = y.data();
-          for (index_t i = begin; i < end; ++i)
-            out[i] = from_float<P>(to_float(a[i]) + to_float(b[i]));
-        });
-    exec.fence();
+    detail::add_rounded(exec, "tessera::nn::Residual::forward", x, f, y);
     shape_.save(x.extents());
     return y;
   }
@@ -180,16 +187,7 @@ public:
     const auto df = inner_.backward(exec, dy, need_dx);
     if (!need_dx) return {};
     auto dx = dx_.template get<DP>(dy.extents());
-    detail::for_chunks(
-        exec, "tessera::nn::Residual::backward", dy.size(),
-        KOKKOS_LAMBDA(const index_t begin, const index_t end) {
-          const auto* a = dy.data();
-          const auto* b = df.data();
-          auto* out = dx.data();
-          for (index_t i = begin; i < end; ++i)
-            out[i] = from_float<DP>(to_float(a[i]) + to_float(b[i]));
-        });
-    exec.fence();
+    detail::add_rounded(exec, "tessera::nn::Residual::backward", dy, df, dx);
     return dx;
   }
 
