@@ -63,6 +63,14 @@ void linear3_gradients(const XE& xe, std::uint64_t seed) {
   // A dy of the other rank, or of another t, is refused.
   CHECK_THROWS_AS(fc.backward(exec_space(), tensor_from<fp32>(r, extents<dyn, Out>(rows))),
                   shape_error);
+  const index_t B = xe.extent(0), t = xe.extent(1);
+  if (t > 1) // the same rows (B t) as (B t, 1): only the saved (B, t) tells it apart
+    CHECK_THROWS_AS(fc.backward(exec_space(), tensor_from<fp32>(r, dextents<3>(B * t, 1, Out))),
+                    shape_error);
+  CHECK_THROWS_AS(
+      fc.backward(exec_space(), tensor_from<fp32>(uniform_values(std::size_t(B * (t + 1) * Out), 7),
+                                                  dextents<3>(B, t + 1, Out))),
+      shape_error);
   const auto loss = [&] { return dot(fc.forward(exec_space(), x), r); };
   const float h = 0.125f;
   const double wmax = 1.0 / std::sqrt(double(In)) + h, k = In + 1;

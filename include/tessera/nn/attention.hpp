@@ -50,7 +50,6 @@
 #include <boost/hana/tuple.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -238,8 +237,7 @@ public:
     fwd_scratch_ = std::size_t(exec.concurrency()) * floats * sizeof(float);
     scratch_bytes_ = core_bytes(B, t) + fwd_scratch_;
     const auto y = proj_.forward(exec, o);
-    B_ = B;
-    t_ = t;
+    shape_.save(y.extents());
     return y;
   }
 
@@ -250,11 +248,8 @@ public:
   backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
     static_assert(DE::rank == 3,
                   "tessera::nn::CausalSelfAttention::backward: dy must be (B, t, D).");
-    if (B_ < 0)
-      throw value_error("tessera::nn::CausalSelfAttention::backward: called before forward");
-    detail::require_extents("tessera::nn::CausalSelfAttention::backward", "dy", dy,
-                            std::array<index_t, 3>{B_, t_, D});
-    const index_t B = B_, t = t_;
+    detail::require_saved_like("tessera::nn::CausalSelfAttention::backward", dy, shape_);
+    const index_t B = shape_.dims[0], t = shape_.dims[1];
     const auto dout = proj_.backward(exec, dy, true); // dL/do (B, t, D)
     constexpr index_t d = head_dim;
     // dO per head in fp32 (B, H, t, d) and D_i = rowsum(dO_i * o_i).
@@ -394,7 +389,7 @@ public:
                         std::to_string(c.batch_) + " sequences of " + std::to_string(len) +
                         " positions with room for " + std::to_string(cap) +
                         "; the batch must match and length + n must not exceed the capacity");
-    B_ = -1; // the forward state is gone
+    shape_ = {}; // the forward state is gone
     const auto qkv = qkv_.forward(exec, x);
     const auto* in = qkv.data();
     float* kc = c.k_.data();
@@ -546,7 +541,7 @@ private:
   detail::raw_buffer<float> q_, k_, kt_, v_, vt_, lse_, do_, di_;
   detail::buffer<activation_precision> dec_o_;
   index_t tile_ = 64;
-  index_t B_ = -1, t_ = 0;
+  detail::saved_shape shape_; // the last forward's output (B, t, D)
   std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
 };
 

@@ -105,8 +105,7 @@ public:
           for (index_t j = 0; j < D; ++j) out[k * D + j] = w[id * D + j];
         });
     exec.fence();
-    B_ = B;
-    t_ = t;
+    shape_.save(y.extents());
     return y;
   }
 
@@ -115,10 +114,8 @@ public:
   template <class Exec, class DP, class DE>
   void backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy) {
     static_assert(DE::rank == 3, "tessera::nn::Embedding::backward: dy must be (B, t, D).");
-    if (B_ < 0) throw value_error("tessera::nn::Embedding::backward: called before forward");
-    detail::require_extents("tessera::nn::Embedding::backward", "dy", dy,
-                            std::array<index_t, 3>{B_, t_, D});
-    const index_t n = B_ * t_;
+    detail::require_saved_like("tessera::nn::Embedding::backward", dy, shape_);
+    const index_t n = shape_.dims[0] * shape_.dims[1];
     const auto* d = dy.data();
     const std::int32_t* ids = ids_.data();
     float* g = weight_.grad.data();
@@ -135,7 +132,7 @@ private:
   parameter<weight_extents> weight_;
   detail::buffer<fp32> y_;
   detail::raw_buffer<std::int32_t> ids_;
-  index_t B_ = -1, t_ = 0;
+  detail::saved_shape shape_; // the last forward's output (B, t, D)
 };
 
 template <index_t T, index_t D>

@@ -18,6 +18,7 @@
 /// forward (backward's dx likewise until the next backward).
 
 #include <tessera/gemm/gemm.hpp>
+#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 
@@ -138,14 +139,14 @@ public:
             out[i * Out + j] = from_float<activation_precision>(a[i * Out + j] + b[j]);
         });
     exec.fence();
-    batch_ = B;
-    lead_ = {x_in.extent(0), r == 3 ? x_in.extent(1) : 1};
-    rank_ = r;
     std::array<index_t, r> oe{};
     for (std::size_t i = 0; i + 1 < r; ++i) oe[i] = x_in.extent(i);
     oe[r - 1] = Out;
-    return Tensor<activation_precision, output_extents<XE>, layout_right, M>(
+    const Tensor<activation_precision, output_extents<XE>, layout_right, M> y_out(
         y.kokkos_view(), output_extents<XE>::from_all(oe));
+    batch_ = B;
+    shape_.save(y_out.extents());
+    return y_out;
   }
 
   /// From dy = dL/dy (B, Out) or (B, t, Out) of the last forward: writes dL/dW and dL/db into
@@ -160,16 +161,7 @@ public:
     static_assert(DE::rank == 2 || DE::rank == 3,
                   "tessera::nn::Linear::backward: dy must be (B, Out) or (B, t, Out).");
     using dx_extents = typename rows_of<DE, In>::type;
-    if (batch_ < 0) throw value_error("tessera::nn::Linear::backward: called before forward");
-    if (DE::rank != rank_)
-      throw shape_error("tessera::nn::Linear::backward: dy has rank " + std::to_string(DE::rank) +
-                        " but the last forward's output has rank " + std::to_string(rank_));
-    if constexpr (DE::rank == 2)
-      detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
-                              std::array<index_t, 2>{batch_, Out});
-    else
-      detail::require_extents("tessera::nn::Linear::backward", "dy", dy_in,
-                              std::array<index_t, 3>{lead_[0], lead_[1], Out});
+    detail::require_saved_like("tessera::nn::Linear::backward", dy_in, shape_);
     const auto dy = reshape<extents<dyn, Out>>(dy_in, batch_);
     const index_t B = batch_;
     const auto dq = dy_cast_(exec, dy);
@@ -221,9 +213,8 @@ private:
   detail::buffer<fp32> acc_, dx_sums_;
   detail::operand<wop, weight_extents> w_;
   detail::operand<wop, extents<dyn, In>> x_;
-  index_t batch_ = -1;            // rows of the last forward (B, or B t)
-  std::array<index_t, 2> lead_{}; // its leading extents (B, t); t = 1 for rank 2
-  std::size_t rank_ = 0;          // its input's rank
+  index_t batch_ = 0;         // rows of the last forward (B, or B t)
+  detail::saved_shape shape_; // its output's extents, which dy must have
 };
 
 } // namespace tessera::nn
