@@ -18,38 +18,6 @@
 
 namespace tessera::nn {
 
-namespace detail {
-/// The run-time extents of a tensor as a fixed array of up to 8 dimensions plus its rank.
-struct saved_shape {
-  std::array<index_t, 8> dims{};
-  std::size_t rank = 0;
-  index_t size = -1; // -1: no forward yet
-
-  template <class Ext>
-  void save(const Ext& e) {
-    static_assert(Ext::rank <= 8, "tessera::nn: tensors of rank > 8 are not supported.");
-    rank = Ext::rank;
-    for (std::size_t i = 0; i < Ext::rank; ++i) dims[i] = e.extent(i);
-    size = e.size();
-  }
-  template <std::size_t R>
-  std::array<index_t, R> as() const {
-    std::array<index_t, R> a{};
-    for (std::size_t i = 0; i < R; ++i) a[i] = dims[i];
-    return a;
-  }
-};
-
-template <class T>
-void require_saved_like(const char* op, const T& dy, const saved_shape& s) {
-  if (s.size < 0) throw value_error(std::string(op) + ": called before forward");
-  if (T::rank != s.rank)
-    throw shape_error(std::string(op) + ": dy has rank " + std::to_string(T::rank) +
-                      " but the last forward's output has rank " + std::to_string(s.rank));
-  require_extents(op, "dy", dy, s.as<T::rank>());
-}
-} // namespace detail
-
 /// max(x, 0) (NaN -> 0). No parameters. backward reads the forward's output (as PyTorch's
 /// threshold_backward does): dx = dy where y > 0, which holds exactly where x > 0; the output
 /// must therefore not be modified between forward and backward.

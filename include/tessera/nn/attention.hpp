@@ -40,7 +40,6 @@
 /// 8 t D^2 plus the causal core's 2 t (t + 1) D); no tensor_split, so it is replicated by the
 /// tensor split (the head split is parallel/'s to write).
 
-#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/linear.hpp>

@@ -28,7 +28,6 @@
 /// backward returns dx = dy (a copy) and writes P.grad[p] = sum over the batch of dy[., p] for
 /// p < t, zero for the rows t..T-1 the forward did not use.
 
-#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 

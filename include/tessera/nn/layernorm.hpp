@@ -27,7 +27,6 @@
 /// beta identical on the ranks of a tensor group. This file is the whole of the layer: no other
 /// file names it.
 
-#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 

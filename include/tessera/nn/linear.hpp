@@ -18,7 +18,6 @@
 /// forward (backward's dx likewise until the next backward).
 
 #include <tessera/gemm/gemm.hpp>
-#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 

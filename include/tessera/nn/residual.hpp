@@ -21,7 +21,6 @@
 /// Layer declarations (nn/layer.hpp): forward_flops, the inner layers' sum plus one add per
 /// element, declared only when every inner layer declares its own; tensor_split replicate.
 
-#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/sequential.hpp>

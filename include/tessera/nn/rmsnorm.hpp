@@ -18,7 +18,6 @@
 /// and OVERWRITES gamma's gradient, as every layer does. forward_flops: 4 per element;
 /// replicated by the tensor split (its statistic needs all D features).
 
-#include <tessera/nn/activation.hpp> // detail::saved_shape, require_saved_like
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 

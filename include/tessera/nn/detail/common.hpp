@@ -8,6 +8,7 @@
 #include <Kokkos_MathematicalFunctions.hpp>
 #include <boost/hana/tuple.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -248,6 +249,36 @@ void require_extents(const char* op, const char* name, const T& t,
                       " but the last forward produced " + w + "); backward needs the gradient " +
                       "of the last forward's output");
   }
+}
+
+/// The run-time extents of a tensor as a fixed array of up to 8 dimensions plus its rank.
+struct saved_shape {
+  std::array<index_t, 8> dims{};
+  std::size_t rank = 0;
+  index_t size = -1; // -1: no forward yet
+
+  template <class Ext>
+  void save(const Ext& e) {
+    static_assert(Ext::rank <= 8, "tessera::nn: tensors of rank > 8 are not supported.");
+    rank = Ext::rank;
+    for (std::size_t i = 0; i < Ext::rank; ++i) dims[i] = e.extent(i);
+    size = e.size();
+  }
+  template <std::size_t R>
+  std::array<index_t, R> as() const {
+    std::array<index_t, R> a{};
+    for (std::size_t i = 0; i < R; ++i) a[i] = dims[i];
+    return a;
+  }
+};
+
+template <class T>
+void require_saved_like(const char* op, const T& dy, const saved_shape& s) {
+  if (s.size < 0) throw value_error(std::string(op) + ": called before forward");
+  if (T::rank != s.rank)
+    throw shape_error(std::string(op) + ": dy has rank " + std::to_string(T::rank) +
+                      " but the last forward's output has rank " + std::to_string(s.rank));
+  require_extents(op, "dy", dy, s.as<T::rank>());
 }
 
 } // namespace tessera::nn::detail
