@@ -125,16 +125,19 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-/// Inputs (B, T) and targets (B, T) from rows of T + 1 ids.
+/// Inputs (B, T) and targets (B, T) from rows of T + 1 ids. The views and their host mirrors
+/// (the views themselves in host memory) are made again only when B changes, not per batch.
 struct batch_views {
-  Kokkos::View<std::int32_t**> x, y;
+  using view_type = Kokkos::View<std::int32_t**>;
+  view_type x, y;
+  view_type::HostMirror hx, hy;
   void fill(const std::int32_t* rows, std::int64_t b) {
     if (static_cast<std::int64_t>(x.extent(0)) != b) {
-      x = Kokkos::View<std::int32_t**>("batch.x", b, T);
-      y = Kokkos::View<std::int32_t**>("batch.y", b, T);
+      x = view_type("batch.x", b, T);
+      y = view_type("batch.y", b, T);
+      hx = Kokkos::create_mirror_view(x);
+      hy = Kokkos::create_mirror_view(y);
     }
-    const auto hx = Kokkos::create_mirror_view(x);
-    const auto hy = Kokkos::create_mirror_view(y);
     for (std::int64_t i = 0; i < b; ++i)
       for (index_t j = 0; j < T; ++j) {
         hx(i, j) = rows[i * (T + 1) + j];
