@@ -43,6 +43,7 @@
 // generator seeded by --seed; each new character runs the blocks on that one position with the
 // attention's key/value cache (cost linear in the context). When the context is full (T
 // characters), the cache restarts from the last T / 2 characters.
+#include "kokkos_args.hpp"
 #include "train_char_gpt_options.hpp"
 
 #include <tessera/data/text.hpp>
@@ -475,18 +476,8 @@ int main(int argc, char* argv[]) {
   } catch (const chargpt::usage_error& e) {
     usage(e.what());
   }
-  // Kokkos' thread-count flag: --kokkos-threads on 3.x, --kokkos-num-threads from 4.0.
-  std::vector<std::string> kargs{argv[0]};
-  if (o.threads > 0)
-#if KOKKOS_VERSION >= 40000
-    kargs.push_back("--kokkos-num-threads=" + std::to_string(o.threads));
-#else
-    kargs.push_back("--kokkos-threads=" + std::to_string(o.threads));
-#endif
-  std::vector<char*> kargv;
-  for (auto& s : kargs) kargv.push_back(s.data());
-  int kargc = static_cast<int>(kargv.size());
-  Kokkos::ScopeGuard kokkos(kargc, kargv.data());
+  examples::kokkos_args kargs(argv[0], o.threads); // --threads as Kokkos' flag
+  Kokkos::ScopeGuard kokkos(kargs.argc, kargs.argv());
   try {
     const auto corpus = data::read_text_directory(o.data);
     const data::char_vocab vocab(corpus.bytes);
