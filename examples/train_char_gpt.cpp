@@ -43,6 +43,7 @@
 // generator seeded by --seed; each new character runs the blocks on that one position with the
 // attention's key/value cache (cost linear in the context). When the context is full (T
 // characters), the cache restarts from the last T / 2 characters.
+#include "kokkos_args.hpp"
 #include "train_char_gpt_options.hpp"
 
 #include <tessera/data/text.hpp>
@@ -125,16 +126,19 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-/// Inputs (B, T) and targets (B, T) from rows of T + 1 ids.
+/// Inputs (B, T) and targets (B, T) from rows of T + 1 ids. The views and their host mirrors
+/// (the views themselves in host memory) are made again only when B changes, not per batch.
 struct batch_views {
-  Kokkos::View<std::int32_t**> x, y;
+  using view_type = Kokkos::View<std::int32_t**>;
+  view_type x, y;
+  view_type::HostMirror hx, hy;
   void fill(const std::int32_t* rows, std::int64_t b) {
     if (static_cast<std::int64_t>(x.extent(0)) != b) {
-      x = Kokkos::View<std::int32_t**>("batch.x", b, T);
-      y = Kokkos::View<std::int32_t**>("batch.y", b, T);
+      x = view_type("batch.x", b, T);
+      y = view_type("batch.y", b, T);
+      hx = Kokkos::create_mirror_view(x);
+      hy = Kokkos::create_mirror_view(y);
     }
-    const auto hx = Kokkos::create_mirror_view(x);
-    const auto hy = Kokkos::create_mirror_view(y);
     for (std::int64_t i = 0; i < b; ++i)
       for (index_t j = 0; j < T; ++j) {
         hx(i, j) = rows[i * (T + 1) + j];
@@ -472,18 +476,8 @@ int main(int argc, char* argv[]) {
   } catch (const chargpt::usage_error& e) {
     usage(e.what());
   }
-  // Kokkos' thread-count flag: --kokkos-threads on 3.x, --kokkos-num-threads from 4.0.
-  std::vector<std::string> kargs{argv[0]};
-  if (o.threads > 0)
-#if KOKKOS_VERSION >= 40000
-    kargs.push_back("--kokkos-num-threads=" + std::to_string(o.threads));
-#else
-    kargs.push_back("--kokkos-threads=" + std::to_string(o.threads));
-#endif
-  std::vector<char*> kargv;
-  for (auto& s : kargs) kargv.push_back(s.data());
-  int kargc = static_cast<int>(kargv.size());
-  Kokkos::ScopeGuard kokkos(kargc, kargv.data());
+  examples::kokkos_args kargs(argv[0], o.threads); // --threads as Kokkos' flag
+  Kokkos::ScopeGuard kokkos(kargs.argc, kargs.argv());
   try {
     const auto corpus = data::read_text_directory(o.data);
     const data::char_vocab vocab(corpus.bytes);

@@ -49,6 +49,7 @@
 // process) can be compared within a bound. Under --plan the weights are first gathered whole (over
 // the tensor group, then the pipeline stages): the same hash as the single process under plan
 // data=1,tensor=1,pipeline=1.
+#include "kokkos_args.hpp"
 #include "train_fashion_mnist_options.hpp"
 
 #include <tessera/data/idx.hpp>
@@ -521,18 +522,8 @@ int main(int argc, char* argv[]) {
     usage("--plan needs MPI, and this train_fashion_mnist was built without it (CMake did not "
           "find MPI)");
 #endif
-  // Kokkos' thread-count flag: --kokkos-threads on 3.x, --kokkos-num-threads from 4.0.
-  std::vector<std::string> kargs{argv[0]};
-  if (o.threads > 0)
-#if KOKKOS_VERSION >= 40000
-    kargs.push_back("--kokkos-num-threads=" + std::to_string(o.threads));
-#else
-    kargs.push_back("--kokkos-threads=" + std::to_string(o.threads));
-#endif
-  std::vector<char*> kargv;
-  for (auto& s : kargs) kargv.push_back(s.data());
-  int kargc = static_cast<int>(kargv.size());
-  Kokkos::ScopeGuard kokkos(kargc, kargv.data());
+  examples::kokkos_args kargs(argv[0], o.threads); // --threads as Kokkos' flag
+  Kokkos::ScopeGuard kokkos(kargs.argc, kargs.argv());
   try {
 #if defined(TESSERA_EXAMPLE_WITH_MPI)
     // An error on one rank ends the whole job with that rank's message (MPI_Abort) rather than

@@ -2,7 +2,8 @@
 #   smoke: the output has `val loss <number>` lines and a sample of the asked length;
 #   resume: A: --steps 4;  B: --steps 4 --stop-at 2 --checkpoint F;  C: --steps 4 --resume F
 #           hash(A) == hash(C) (bit-identical resume, schedule position and AdamW state from the
-#           file), hash(B) != hash(A) (the last steps changed something); with --accum 2 as well.
+#           file), hash(B) != hash(A) (the last steps changed something), C trained 2 steps
+#           only (it continued from F); with --accum 2 as well.
 # -D exe=... -D mode=smoke|resume -D dir=... (a scratch directory)
 set(common --batch 4 --eval-every 2 --no-progress --threads 1 --sample-len 40)
 file(MAKE_DIRECTORY ${dir})
@@ -62,6 +63,11 @@ elseif(mode STREQUAL "resume")
     hash_of(hb "${b}")
     hash_of(hc "${c}")
     message(STATUS "accum ${accum}: uninterrupted ${ha}, stopped ${hb}, resumed ${hc}")
+    # C continued from the file, not from scratch (which would also give hash(A)): it trained
+    # steps 3 and 4 only, 2 steps x 4 contexts x 128 characters, and evaluated no step 0.
+    if(NOT c MATCHES "trained 1024 tokens" OR c MATCHES "step 0 val loss")
+      message(FATAL_ERROR "the --resume run did not continue after step 2:\n${c}")
+    endif()
     if(NOT ha STREQUAL hc)
       message(FATAL_ERROR "resumed run ${hc} differs from the uninterrupted run ${ha}")
     endif()

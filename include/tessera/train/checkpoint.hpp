@@ -154,6 +154,16 @@ record view_record(std::string name, const View& v, std::vector<std::int64_t> sh
   return r;
 }
 
+/// A new Buffer (a rank-1 float view in any memory space) labelled `label`, holding `values`.
+template <class Buffer>
+Buffer buffer_from_host(const std::string& label, const std::vector<float>& values) {
+  Buffer b(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), values.size());
+  Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
+      values.data(), values.size());
+  Kokkos::deep_copy(b, h);
+  return b;
+}
+
 template <class P>
 std::vector<std::int64_t> shape_of(const P& p) {
   const auto a = p.value.extents().to_array();
@@ -360,26 +370,20 @@ void stage_optimizer(reader& in, Opt& opt, const Params& params, commit_list& co
       slots[s].push_back(in.floats(base + Opt::slot_names[s] + "/" + p.name, shape_of(p)));
     });
   }
-  commits.push_back([&opt, step, names = std::move(names), sizes = std::move(sizes),
-                     slots = std::move(slots)] {
-    using state_t = std::remove_cvref_t<decltype(opt.state)>;
-    state_t st;
-    st.step = step;
-    st.created = true;
-    st.names = names;
-    st.sizes = sizes;
-    for (std::size_t s = 0; s < slots.size(); ++s)
-      for (std::size_t k = 0; k < slots[s].size(); ++k) {
-        typename state_t::buffer_type b(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, names[k] + "." + Opt::slot_names[s]),
-            slots[s][k].size());
-        Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
-            slots[s][k].data(), slots[s][k].size());
-        Kokkos::deep_copy(b, h);
-        st.slots[s].push_back(b);
-      }
-    opt.state = std::move(st);
-  });
+  commits.push_back(
+      [&opt, step, names = std::move(names), sizes = std::move(sizes), slots = std::move(slots)] {
+        using state_t = std::remove_cvref_t<decltype(opt.state)>;
+        state_t st;
+        st.step = step;
+        st.created = true;
+        st.names = names;
+        st.sizes = sizes;
+        for (std::size_t s = 0; s < slots.size(); ++s)
+          for (std::size_t k = 0; k < slots[s].size(); ++k)
+            st.slots[s].push_back(buffer_from_host<typename state_t::buffer_type>(
+                names[k] + "." + Opt::slot_names[s], slots[s][k]));
+        opt.state = std::move(st);
+      });
 }
 
 // ---- loss scalers ------------------------------------------------------------------------------
@@ -543,15 +547,9 @@ void stage_accumulator(reader& in, basic_grad_accumulator<M>& a, const Params& p
     if (count > 0) sums.push_back(in.floats("accum/sum/" + p.name, shape_of(p)));
   });
   commits.push_back([&a, count, st = std::move(st), sums = std::move(sums)]() mutable {
-    for (std::size_t k = 0; k < sums.size(); ++k) {
-      typename state_t::buffer_type b(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, st.names[k] + ".grad_sum"),
-          sums[k].size());
-      Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
-          sums[k].data(), sums[k].size());
-      Kokkos::deep_copy(b, h);
-      st.slots[0].push_back(b);
-    }
+    for (std::size_t k = 0; k < sums.size(); ++k)
+      st.slots[0].push_back(
+          buffer_from_host<typename state_t::buffer_type>(st.names[k] + ".grad_sum", sums[k]));
     a.restore(std::move(st), count);
   });
 }
