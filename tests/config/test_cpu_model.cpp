@@ -23,8 +23,8 @@ constexpr std::size_t kib = 1024, mib = kib * kib;
 // The AVX-512 kernels' shapes as gemm/detail/fma.hpp, avx512bf16.hpp and amx.hpp declare them
 // (written out so that the expectations below do not follow an accidental change there; the
 // last test case checks the compiled kernels against them).
-constexpr hg::kernel_shape fp32_avx512{14, 512, 1, 24, 12, 4};
-constexpr hg::kernel_shape bf16_avx512{14, 1024, 2, 16, 8, 2};
+constexpr hg::kernel_shape fp32_avx512{14, 512, 1, 24, 12};
+constexpr hg::kernel_shape bf16_avx512{14, 1024, 2, 16, 8};
 
 hg::blocking blk(index_t kc, index_t mc, std::size_t b_bytes = 8 * mib) {
   return hg::blocking{kc, mc, 1024, b_bytes};

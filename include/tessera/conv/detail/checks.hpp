@@ -62,6 +62,8 @@ struct conv2d_problem {
     return R == 1 && S == 1 && prm.stride_h == 1 && prm.stride_w == 1 && prm.pad_top == 0 &&
            prm.pad_bottom == 0 && prm.pad_left == 0 && prm.pad_right == 0;
   }
+  /// The rows of a group's column matrix: C/groups * R * S.
+  index_t crs() const noexcept { return Cg * R * S; }
   /// One input channel per group and several groups (depthwise and channel multipliers).
   bool one_channel_per_group() const noexcept { return Cg == 1 && G > 1; }
 };

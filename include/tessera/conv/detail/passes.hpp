@@ -25,6 +25,33 @@ TensorView<P, dextents<2>, layout_stride, M> matrix_view(storage_t<P>* data, ind
   return {data, dextents<2>(rows, cols), {ld, 1}};
 }
 
+/// Channels [c0, c0 + c) of the NCHW view v (rows of `width` pixels) over the pixels of a tile
+/// of one image, in place: a (c, t.cols(width)) matrix with leading dimension v.stride(1).
+template <class M, class V>
+auto tile_matrix(const V& v, const conv_tile& t, index_t c0, index_t c, index_t width) {
+  return matrix_view<typename V::precision, M>(v.data() + t.n0 * v.stride(0) + c0 * v.stride(1) +
+                                                   t.p0 * width,
+                                               c, t.cols(width), v.stride(1));
+}
+
+/// The filters of group g as a (K/groups, C/groups*R*S) matrix (require_rowmajor).
+template <class M, class WV>
+auto filter_matrix(const WV& w, const conv2d_problem& pb, index_t g) {
+  return matrix_view<typename WV::precision, M>(w.data() + g * pb.Kg * w.stride(0), pb.Kg, pb.crs(),
+                                                w.stride(0));
+}
+
+/// Group g's columns (C/groups*R*S, t.cols(Q)) of tile t: x itself when in_place (1x1 stride 1
+/// unpadded, one image per tile), else im2col'd into col.
+template <class M, class Exec, class XV>
+auto x_columns(const Exec& exec, const XV& x, const conv2d_problem& pb, const conv_tile& t,
+               index_t g, typename XV::storage_type* col, bool in_place) {
+  if (in_place) return tile_matrix<M>(x, t, g * pb.Cg, pb.Cg, pb.W);
+  im2col_tile(exec, x, t, g * pb.Cg, pb.Cg, pb.R, pb.S, pb.Q, pb.prm, col);
+  const index_t cols = t.cols(pb.Q);
+  return matrix_view<typename XV::precision, M>(col, pb.crs(), cols, cols);
+}
+
 /// A GEMM epilogue op (gemm/epilogue.hpp) for output channel rows k0 + i of a convolution:
 /// epi(v + bias[k0 + i]), so the GEMM's single rounding to y's precision comes after both.
 template <bool HasBias, class BV, class Epi>
@@ -91,6 +118,17 @@ void gather_tile(const Exec& exec, const DYV& dy, const conv_tile& t, index_t k0
         auto* dst = out + k * ld + j * pix;
         for (index_t e = 0; e < pix; ++e) dst[e] = src[e];
       });
+}
+
+/// Group g's (K/groups, t.cols(Q)) tile of dy: dy itself when in_place (one image per tile),
+/// else gathered into dyg.
+template <class M, class Exec, class DYV>
+auto dy_tile(const Exec& exec, const DYV& dy, const conv2d_problem& pb, const conv_tile& t,
+             index_t g, typename DYV::storage_type* dyg, bool in_place) {
+  if (in_place) return tile_matrix<M>(dy, t, g * pb.Kg, pb.Kg, pb.Q);
+  gather_tile(exec, dy, t, g * pb.Kg, pb.Kg, pb.Q, dyg);
+  const index_t cols = t.cols(pb.Q);
+  return matrix_view<typename DYV::precision, M>(dyg, pb.Kg, cols, cols);
 }
 
 /// Zeroes c fp32 planes of H rows x W (channel stride cs).
@@ -177,8 +215,7 @@ struct forward_pass {
   float alpha;
   const Epi& epi;
   // Set by plan().
-  index_t crs = 0;
-  bool col_needed = false, direct_out = false;
+  bool x_in_place = false, direct_out = false;
   storage_t<px>* col = nullptr;
   float* out = nullptr;
 
@@ -187,7 +224,7 @@ struct forward_pass {
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
     if constexpr (implicit_capable_v<Exec, px, pw>) {
-      if (use_implicit(pb, pb.Kg, crs_of(pb, pb.Cg))) {
+      if (use_implicit(pb, pb.Kg, pb.crs())) {
         // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
         const index_t Kg = pb.Kg, ws0 = w.stride(0);
         run_implicit(
@@ -210,14 +247,13 @@ struct forward_pass {
   // Tiles of one image are matrices inside x and y; tiles of several images are gathered into
   // columns (im2col, also for 1x1) and scattered back from an fp32 tile.
   conv_plan plan() {
-    crs = pb.Cg * pb.R * pb.S;
     const std::size_t xe = sizeof(storage_t<px>);
-    const auto p = plan_tiles(pb, ws.column_budget(), crs * pb.Q, xe);
-    col_needed = !(pb.pointwise() && p.images == 1);
+    const auto p = plan_tiles(pb, ws.column_budget(), pb.crs() * pb.Q, xe);
+    x_in_place = pb.pointwise() && p.images == 1;
     direct_out = p.images == 1 && (fuse || !post || std::is_same_v<py, fp32>);
     const index_t maxc = p.max_cols(pb.Q);
     const auto [col_mem, out_mem] =
-        carve<2>(ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
+        carve<2>(ws, {x_in_place ? 0 : static_cast<std::size_t>(pb.crs() * maxc) * xe,
                       direct_out ? 0 : static_cast<std::size_t>(pb.Kg * maxc) * 4});
     col = reinterpret_cast<storage_t<px>*>(col_mem);
     out = reinterpret_cast<float*>(out_mem);
@@ -225,19 +261,12 @@ struct forward_pass {
   }
   void tile_begin(const conv_tile&) const {}
   void group(const conv_tile& t, index_t g) const {
-    const index_t Kg = pb.Kg, Cg = pb.Cg, Q = pb.Q, cols = t.cols(Q);
+    const index_t Kg = pb.Kg, cols = t.cols(pb.Q);
     const gemm_options opts{.alpha = alpha, .beta = 0.f};
-    const auto wg = matrix_view<pw, M>(w.data() + g * Kg * w.stride(0), Kg, crs, w.stride(0));
-    auto b = matrix_view<px, M>(col, crs, cols, cols);
-    if (col_needed) {
-      im2col_tile(exec, x, t, g * Cg, Cg, pb.R, pb.S, Q, pb.prm, col);
-    } else {
-      b = matrix_view<px, M>(x.data() + t.n0 * x.stride(0) + g * Cg * x.stride(1) + t.p0 * pb.W, Cg,
-                             cols, x.stride(1));
-    }
+    const auto wg = filter_matrix<M>(w, pb, g);
+    const auto b = x_columns<M>(exec, x, pb, t, g, col, x_in_place);
     if (direct_out) {
-      const auto yt = matrix_view<py, M>(
-          y.data() + t.n0 * y.stride(0) + g * Kg * y.stride(1) + t.p0 * Q, Kg, cols, y.stride(1));
+      const auto yt = tile_matrix<M>(y, t, g * Kg, Kg, pb.Q);
       if constexpr (post && fuse) {
         gemm(exec, wg, b, yt,
              epilogue<conv_bias_op<has_bias, BV, Epi>>{
@@ -248,7 +277,7 @@ struct forward_pass {
       }
     } else {
       gemm(exec, wg, b, matrix_view<fp32, M>(out, Kg, cols, cols), opts);
-      scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, Q, bias, epi);
+      scatter_tile<has_bias>(exec, out, y, t, g * Kg, Kg, pb.Q, bias, epi);
     }
   }
   void tile_end(const conv_tile&) const {}
@@ -273,7 +302,6 @@ struct backward_data_pass {
   conv2d_workspace<M>& ws;
   float alpha;
   // Set by plan().
-  index_t crs = 0;
   bool single = false, direct_dy = false;
   float* dcol = nullptr;
   storage_t<pdy>* dyg = nullptr;
@@ -306,30 +334,17 @@ struct backward_data_pass {
     return false;
   }
 
-  /// W_g^T (CRS, Kg) of group g.
-  auto wg_t(index_t g) const {
-    return transpose(
-        matrix_view<pw, M>(w.data() + g * pb.Kg * w.stride(0), pb.Kg, crs, w.stride(0)));
-  }
-  /// One image's tile of dy, in place.
-  auto dy_view(const conv_tile& t, index_t g) const {
-    return matrix_view<pdy, M>(dy.data() + t.n0 * dy.stride(0) + g * pb.Kg * dy.stride(1) +
-                                   t.p0 * pb.Q,
-                               pb.Kg, t.cols(pb.Q), dy.stride(1));
-  }
-
   // 1x1 stride 1 unpadded: one whole image per tile, dx[n, g] (Cg, H*W) = W_g^T dy[n, g] with
   // no columns and one rounding. Otherwise dcol = W_g^T dy tile in fp32, col2im'd into dx (or
   // into fp32 scratch images for a low-precision dx, rounded once when an image is complete).
   conv_plan plan() {
-    crs = pb.Cg * pb.R * pb.S;
     if (pb.pointwise()) return {1, pb.P};
-    const auto p = plan_tiles(pb, ws.column_budget(), crs * pb.Q, 4);
+    const auto p = plan_tiles(pb, ws.column_budget(), pb.crs() * pb.Q, 4);
     single = p.rows >= pb.P; // whole images per tile: col2im overwrites
     direct_dy = p.images == 1;
     const index_t maxc = p.max_cols(pb.Q);
     const auto [dcol_mem, dyg_mem, img_mem] = carve<3>(
-        ws, {static_cast<std::size_t>(crs * maxc) * 4,
+        ws, {static_cast<std::size_t>(pb.crs() * maxc) * 4,
              direct_dy ? 0 : static_cast<std::size_t>(pb.Kg * maxc) * sizeof(storage_t<pdy>),
              dx_f32 ? 0 : static_cast<std::size_t>(p.images * pb.C * pb.H * pb.W) * 4});
     dcol = reinterpret_cast<float*>(dcol_mem);
@@ -348,23 +363,17 @@ struct backward_data_pass {
     if (!single && t.p0 == 0) zero_planes(exec, target, pb.C, tcs, pb.H, pb.W); // nb == 1 here
   }
   void group(const conv_tile& t, index_t g) const {
-    const index_t Kg = pb.Kg, Cg = pb.Cg, Q = pb.Q, cols = t.cols(Q);
+    const index_t Cg = pb.Cg, cols = t.cols(pb.Q);
     const gemm_options opts{.alpha = alpha, .beta = 0.f};
-    if (pb.pointwise()) {
-      gemm(exec, wg_t(g), dy_view(t, g),
-           matrix_view<pdx, M>(dx.data() + t.n0 * dx.stride(0) + g * Cg * dx.stride(1), Cg,
-                               pb.H * pb.W, dx.stride(1)),
-           opts);
+    const auto wg_t = transpose(filter_matrix<M>(w, pb, g)); // (CRS, Kg)
+    if (pb.pointwise()) { // whole images: dx[n, g] (Cg, H*W), P*Q == H*W
+      gemm(exec, wg_t, tile_matrix<M>(dy, t, g * pb.Kg, pb.Kg, pb.Q),
+           tile_matrix<M>(dx, t, g * Cg, Cg, pb.W), opts);
       return;
     }
-    auto dyt = matrix_view<pdy, M>(dyg, Kg, cols, cols);
-    if (direct_dy) {
-      dyt = dy_view(t, g);
-    } else {
-      gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
-    }
-    gemm(exec, wg_t(g), dyt, matrix_view<fp32, M>(dcol, crs, cols, cols), opts);
-    col2im_tile(exec, dcol, t, Cg, pb.R, pb.S, Q, pb.prm, target + g * Cg * tcs, tns, tcs, pb.H,
+    gemm(exec, wg_t, dy_tile<M>(exec, dy, pb, t, g, dyg, direct_dy),
+         matrix_view<fp32, M>(dcol, pb.crs(), cols, cols), opts);
+    col2im_tile(exec, dcol, t, Cg, pb.R, pb.S, pb.Q, pb.prm, target + g * Cg * tcs, tns, tcs, pb.H,
                 pb.W, !single);
   }
   void tile_end(const conv_tile& t) const {
@@ -394,8 +403,8 @@ struct backward_weight_pass {
   conv2d_workspace<M>& ws;
   float alpha;
   // Set by plan().
-  index_t crs = 0, ld = 0;
-  bool col_needed = false, direct_dy = false;
+  index_t ld = 0;
+  bool x_in_place = false, direct_dy = false;
   storage_t<px>* col = nullptr;
   storage_t<pdy>* dyg = nullptr;
   float* target = nullptr; // fp32 accumulation of dW over tiles
@@ -410,8 +419,7 @@ struct backward_weight_pass {
       // is too thin for the low-precision kernels and decodes every element in the direct loop
       // (1 GFLOP/s for fp8): they are widened to fp32 (exact), the same products 10-25x faster.
       constexpr bool native = implicit_capable_v<Exec, px, pdy>;
-      const bool widen =
-          !native && crs_of(pb, pb.Cg) < 16 && x.is_contiguous() && dy.is_contiguous();
+      const bool widen = !native && pb.crs() < 16 && x.is_contiguous() && dy.is_contiguous();
       if (pb.N > 0 && pb.Kg >= implicit_min_channels && (native || widen)) {
         namespace ic = implicit_conv;
         const auto g = forward_geometry(pb, alpha);
@@ -451,14 +459,14 @@ struct backward_weight_pass {
   }
 
   conv_plan plan() {
-    crs = pb.Cg * pb.R * pb.S;
+    const index_t crs = pb.crs();
     const std::size_t xe = sizeof(storage_t<px>);
     const auto p = plan_tiles(pb, ws.column_budget(), crs * pb.Q, xe);
-    col_needed = !(pb.pointwise() && p.images == 1);
+    x_in_place = pb.pointwise() && p.images == 1;
     direct_dy = p.images == 1;
     const index_t maxc = p.max_cols(pb.Q);
     const auto [col_mem, dyg_mem, acc_mem] = carve<3>(
-        ws, {col_needed ? static_cast<std::size_t>(crs * maxc) * xe : 0,
+        ws, {x_in_place ? 0 : static_cast<std::size_t>(crs * maxc) * xe,
              direct_dy ? 0 : static_cast<std::size_t>(pb.Kg * maxc) * sizeof(storage_t<pdy>),
              dw_f32 ? 0 : static_cast<std::size_t>(pb.K * crs) * 4});
     col = reinterpret_cast<storage_t<px>*>(col_mem);
@@ -474,29 +482,17 @@ struct backward_weight_pass {
   }
   void tile_begin(const conv_tile&) const {}
   void group(const conv_tile& t, index_t g) const {
-    const index_t Kg = pb.Kg, Cg = pb.Cg, Q = pb.Q, cols = t.cols(Q);
-    auto b = matrix_view<px, M>(col, crs, cols, cols);
-    if (col_needed) {
-      im2col_tile(exec, x, t, g * Cg, Cg, pb.R, pb.S, Q, pb.prm, col);
-    } else {
-      b = matrix_view<px, M>(x.data() + t.n0 * x.stride(0) + g * Cg * x.stride(1) + t.p0 * pb.W, Cg,
-                             cols, x.stride(1));
-    }
-    auto dyt = matrix_view<pdy, M>(dyg, Kg, cols, cols);
-    if (direct_dy) {
-      dyt = matrix_view<pdy, M>(dy.data() + t.n0 * dy.stride(0) + g * Kg * dy.stride(1) + t.p0 * Q,
-                                Kg, cols, dy.stride(1));
-    } else {
-      gather_tile(exec, dy, t, g * Kg, Kg, Q, dyg);
-    }
+    const auto b = x_columns<M>(exec, x, pb, t, g, col, x_in_place);
+    const auto dyt = dy_tile<M>(exec, dy, pb, t, g, dyg, direct_dy);
     const float beta = t.n0 == 0 && t.p0 == 0 ? 0.f : 1.f; // the first tile overwrites
-    gemm(exec, dyt, transpose(b), matrix_view<fp32, M>(target + g * Kg * ld, Kg, crs, ld),
+    gemm(exec, dyt, transpose(b),
+         matrix_view<fp32, M>(target + g * pb.Kg * ld, pb.Kg, pb.crs(), ld),
          gemm_options{.alpha = alpha, .beta = beta});
   }
   void tile_end(const conv_tile&) const {}
   void finish() const {
     if constexpr (!dw_f32)
-      store_images<Exec, pdw>(exec, target, dw.data(), 1, 0, pb.K, dw.stride(0), 1, crs);
+      store_images<Exec, pdw>(exec, target, dw.data(), 1, 0, pb.K, dw.stride(0), 1, pb.crs());
   }
 };
 

@@ -161,8 +161,8 @@ inline constexpr bool amx_input_v = precision_traits<P>::exact_in_bf16;
 
 /// The AMX kernel's shape for the blocking rule (amx_kernel below; here also where the kernel is
 /// not compiled, so that the choice can be tested on any machine): 32-row tiles, KC 512 in
-/// steps of 32, at most 16 panels, 4 per MiB of L2, bf16.
-inline constexpr kernel_shape amx_shape{32, 512, 32, 16, 4, 2};
+/// steps of 32, at most 16 panels, 4 per MiB of L2.
+inline constexpr kernel_shape amx_shape{32, 512, 32, 16, 4};
 
 #if TESSERA_GEMM_AMX
 
@@ -183,6 +183,9 @@ struct amx_kernel {
   using packed_t = std::uint16_t;
   /// K is padded with zeros to whole 32-element tile steps.
   static constexpr index_t k_align = 32;
+  static_assert(shape.mr == MR && shape.kc == KC && shape.k_align == k_align &&
+                    shape.max_panels == MC / MR,
+                "amx_shape must describe amx_kernel");
 
   /// A(i0.., p0..) into panels of 32 rows: [kcp/32][32 rows][32 k], zero-padded.
   template <class VA>

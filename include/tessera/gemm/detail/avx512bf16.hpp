@@ -60,13 +60,13 @@ struct dpbf16_kernel {
   /// (MC x KC bf16 = 112 * 1024 * 2 = 224 KiB) stays in L2 (112 and 168 measured alike, 336
   /// 2% slower).
   static constexpr index_t MC = MR * 16;
-  static constexpr kernel_shape shape{MR, KC, 2, MC / MR, 8, 2};
+  /// K is padded with a zero to whole bf16 pairs.
+  static constexpr index_t k_align = 2;
+  static constexpr kernel_shape shape{MR, KC, k_align, MC / MR, 8};
   /// NC: as the fp32 kernel: at most 1024 columns, the packed B block (K x NC bf16) under
   /// blocking::b_bytes.
   static constexpr index_t NC_max = 1024;
   using packed_t = std::uint16_t;
-  /// K is padded with a zero to whole bf16 pairs.
-  static constexpr index_t k_align = 2;
 
   /// Rows r < rows of `src` (row stride ld elements, kc elements each, K contiguous) as bf16
   /// pairs into d[q * MR + r] (q < kcp / 2), rows up to MR zero. bf16 rows of even length are

@@ -59,7 +59,6 @@ struct kernel_shape {
   index_t k_align = 1;        ///< KC is a multiple of it
   index_t max_panels = 1;     ///< the most MR-row micro-panels its buffers allow in an A block
   index_t panels_at_1mib = 1; ///< micro-panels per A block on a 1 MiB L2 (the anchor)
-  std::size_t elem_bytes = 4; ///< bytes of one packed element
 };
 
 /// One blocking of the loops of gemm/detail/host.hpp.

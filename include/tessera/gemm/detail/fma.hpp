@@ -107,12 +107,12 @@ struct fma_kernel {
   /// (MC x KC floats = 168 * 512 * 4 = 336 KiB) stays in L2, with room for the B micro-panel
   /// and C rows in flight.
   static constexpr index_t MC = MR * 24;
-  static constexpr kernel_shape shape{MR, KC, 1, MC / MR, 12, 4};
+  static constexpr index_t k_align = 1;
+  static constexpr kernel_shape shape{MR, KC, k_align, MC / MR, 12};
   /// NC: at most 1024 columns per packed B block (blocking::nc_max), and the block (K x NC)
   /// under blocking::b_bytes (8 MiB, in L3; B of 64 x 4096 x 4096 gives NC = 512).
   static constexpr index_t NC_max = 1024;
   using packed_t = float;
-  static constexpr index_t k_align = 1;
   /// fp32 B with contiguous rows is read in place, unpacked, when the part of it a thread uses
   /// is at most 1 MiB (k x n x 4 bytes): packing it cost 3 to 6% at 128^3 .. 512^3, and its
   /// rows, a few KiB apart, stay in L2. Larger B (2048^3, or B re-read for many row blocks of
