@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 namespace fs = std::filesystem;
 using namespace tessera_test;
@@ -155,4 +156,30 @@ TEST_CASE("plan checkpoints: a checkpoint of another plan is refused on every ra
       });
   world.barrier();
   if (world.rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("plan checkpoints: check_plan_checkpoint_writable before training", "[parallel]") {
+  auto world = tp::mpi_communicator::world();
+  const fs::path base = scratch_dir("writable");
+  if (world.rank() == 0) fs::create_directories(base);
+  world.barrier();
+  // A new directory in an existing one, with or without a trailing separator, and an existing
+  // directory: writable (every rank probes at once), and the check creates nothing.
+  CHECK_NOTHROW(tp::check_plan_checkpoint_writable(base / "new"));
+  CHECK_NOTHROW(tp::check_plan_checkpoint_writable((base / "new").string() + "/"));
+  CHECK_NOTHROW(tp::check_plan_checkpoint_writable(base));
+  CHECK_FALSE(fs::exists(base / "new"));
+  world.barrier();
+  CHECK(fs::is_empty(base)); // the probes are gone
+  // A missing parent, and a file where the directory would go: refused, naming the path.
+  CHECK_THROWS_WITH(tp::check_plan_checkpoint_writable(base / "missing" / "ck"),
+                    Catch::Contains((base / "missing").string()) &&
+                        Catch::Contains("does not exist"));
+  if (world.rank() == 0) std::ofstream(base / "file") << "x";
+  world.barrier();
+  CHECK_THROWS_WITH(tp::check_plan_checkpoint_writable(base / "file"),
+                    Catch::Contains((base / "file").string()) &&
+                        Catch::Contains("exists and is not a directory"));
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(base);
 }

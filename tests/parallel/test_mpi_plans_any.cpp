@@ -36,6 +36,16 @@ int world_size() {
   return n;
 }
 
+/// How many plans of the tuple fit n processes, from their sizes alone (not Plan::fits):
+/// exactly D x T x P, or for data<dyn> any multiple of T x P.
+template <class... Plans>
+int fitting(std::tuple<Plans...>*, int n) {
+  return (int(Plans::data_size == any
+                  ? n % (Plans::tensor_size * Plans::pipeline_size) == 0
+                  : Plans::data_size * Plans::tensor_size * Plans::pipeline_size == n) +
+          ... + 0);
+}
+
 } // namespace
 
 TEST_CASE("plans of any world size: MLP fp32", "[parallel]") {
@@ -44,6 +54,7 @@ TEST_CASE("plans of any world size: MLP fp32", "[parallel]") {
   // 1: data=1; 2: data=2, (1,2,1), (1,1,2); 3: data<dyn>=3, data<3>; 4: data=4, (2,2,1),
   // (2,1,2), (1,4,1), (1,1,4), (1,2,2); 8: those as (8,..), ..., and (1,4,2).
   const int n = world_size();
+  CHECK(ran == fitting(static_cast<mlp_plans*>(nullptr), n));
   CHECK(ran == (n == 1 ? 1 : n == 2 ? 3 : n == 3 ? 2 : n == 4 ? 6 : n == 8 ? 7 : ran));
 }
 
@@ -51,5 +62,6 @@ TEST_CASE("plans of any world size: FashionCNN fp32, tensor and pipeline degree 
   const int ran = check_plans<FashionCNN<tessera::fp32>, tp::one_f_one_b, 1, 2, cnn_plans>(
       "FashionCNN fp32", fp32_tolerance, {.global_batch = 24, .steps = 3});
   const int n = world_size();
+  CHECK(ran == fitting(static_cast<cnn_plans*>(nullptr), n));
   CHECK(ran == (n == 4 || n == 8 ? 3 : 1));
 }

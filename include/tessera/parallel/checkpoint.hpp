@@ -147,23 +147,23 @@ void on_every_rank(C& world, const std::string& who, F&& f) {
 
 } // namespace detail
 
-/// Checks before training that save_plan_checkpoint can write `dir`: it is a directory or
-/// does not exist yet, and its parent directory exists. Throws value_error naming the path
-/// and the rule otherwise. Every rank may call it (it only reads the file system).
+/// Checks before training that save_plan_checkpoint can write `dir`: an existing directory in
+/// which a file can be created, or a path not there yet whose parent directory exists and takes
+/// a new entry (the probe of train::check_checkpoint_writable). Throws value_error naming the
+/// path and the rule otherwise. Every rank may call it (each probes with a file of its own).
 inline void check_plan_checkpoint_writable(const std::filesystem::path& dir) {
   const std::string who = "tessera::parallel::check_plan_checkpoint_writable";
+  const std::filesystem::path d = dir.has_filename() ? dir : dir.parent_path(); // "ck/" is "ck"
   std::error_code ec;
-  if (std::filesystem::exists(dir, ec)) {
-    if (!std::filesystem::is_directory(dir, ec))
-      throw value_error(who + ": '" + dir.string() +
-                        "' exists and is not a directory (a plan checkpoint is a directory of "
-                        "one shard per rank and a manifest)");
+  if (!std::filesystem::exists(d, ec)) {
+    train::detail::ckpt::check_writable(who, d); // save_plan_checkpoint creates it
     return;
   }
-  const auto parent = dir.has_parent_path() ? dir.parent_path() : std::filesystem::path(".");
-  if (!std::filesystem::is_directory(parent, ec))
-    throw value_error(who + ": cannot create '" + dir.string() + "': its parent directory '" +
-                      parent.string() + "' does not exist");
+  if (!std::filesystem::is_directory(d, ec))
+    throw value_error(who + ": '" + d.string() +
+                      "' exists and is not a directory (a plan checkpoint is a directory of "
+                      "one shard per rank and a manifest)");
+  train::detail::ckpt::check_writable(who, d / "manifest.txt");
 }
 
 /// Whether `dir` looks like a plan checkpoint (a directory holding manifest.txt).
