@@ -22,6 +22,7 @@
 
 #include "support/naive_attention.hpp"
 
+#include <tessera/nn/activation.hpp>
 #include <tessera/nn/attention.hpp>
 #include <tessera/nn/residual.hpp>
 

@@ -8,6 +8,7 @@
 //    Linear -> LayerNorm -> ReLU -> Linear against finite differences of a double model.
 // Only <tessera/nn/layernorm.hpp> and <tessera/nn/sequential.hpp> are included: the layer
 // needs no other header to list it.
+#include <tessera/nn/activation.hpp>
 #include <tessera/nn/layernorm.hpp>
 #include <tessera/nn/linear.hpp>
 #include <tessera/nn/sequential.hpp>

@@ -8,6 +8,7 @@
 //    curvature covered by h = 1e-2 and the noise allowance stated below).
 #include "nn_testing.hpp"
 
+#include <tessera/nn/activation.hpp>
 #include <tessera/nn/residual.hpp>
 
 #include <boost/hana/at.hpp>

@@ -7,6 +7,7 @@
 // Linear 5; the balanced pipeline cut reads its declared FLOPs.
 #include "plan_check.hpp"
 
+#include <tessera/nn/activation.hpp>
 #include <tessera/nn/layernorm.hpp>
 
 #include <mpi.h>
