@@ -171,6 +171,7 @@ TEST_CASE("plan checkpoints: check_plan_checkpoint_writable before training", "[
   CHECK_FALSE(fs::exists(base / "new"));
   world.barrier();
   CHECK(fs::is_empty(base)); // the probes are gone
+  world.barrier();           // before rank 0 writes `file` below
   // A missing parent, and a file where the directory would go: refused, naming the path.
   CHECK_THROWS_WITH(tp::check_plan_checkpoint_writable(base / "missing" / "ck"),
                     Catch::Contains((base / "missing").string()) &&
