@@ -100,7 +100,8 @@ private:
 };
 
 /// GELU(x) = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (PyTorch's default, approximate='none').
-/// Keeps an fp32 copy of x for backward: dGELU/dx = Phi(x) + x phi(x).
+/// Forward keeps the fp32 derivative dGELU/dx = Phi(x) + x phi(x) per element (the same memory
+/// as an fp32 copy of x), so backward is one multiply per element (no erf, no exp).
 class GELU {
   using M = detail::default_memory_space;
 
@@ -115,7 +116,7 @@ public:
   template <class InExt>
   static constexpr double forward_flops = elements_per_sample<InExt>;
 
-  explicit GELU(std::uint64_t /*seed*/ = 0) : y_("gelu.y"), dx_("gelu.dx"), x_("gelu.x") {}
+  explicit GELU(std::uint64_t /*seed*/ = 0) : y_("gelu.y"), dx_("gelu.dx"), grad_("gelu.grad") {}
   auto parameters() const { return boost::hana::make_tuple(); }
 
   template <class Exec, class P, class E>
@@ -123,14 +124,17 @@ public:
     auto y = y_.template get<P>(x.extents());
     const auto* in = x.data();
     auto* out = y.data();
-    auto* keep = x_.get(x.size());
+    auto* keep = grad_.get(x.size());
     Kokkos::parallel_for(
         "tessera::nn::GELU::forward", Kokkos::RangePolicy<Exec>(exec, 0, x.size()),
         KOKKOS_LAMBDA(const index_t i) {
           const float v = to_float(in[i]);
-          keep[i] = v;
           // 0.70710678f = 1/sqrt(2), rounded to float.
-          out[i] = from_float<P>(0.5f * v * (1.f + detail::kmath::erf(v * 0.70710678f)));
+          const float cdf = 0.5f * (1.f + detail::kmath::erf(v * 0.70710678f));
+          // 0.39894228f = 1/sqrt(2 pi): the standard normal density's factor.
+          const float pdf = 0.39894228f * detail::kmath::exp(-0.5f * v * v);
+          keep[i] = cdf + v * pdf;
+          out[i] = from_float<P>(v * cdf);
         });
     exec.fence();
     shape_.save(x.extents());
@@ -145,23 +149,17 @@ public:
     auto dx = dx_.template get<P>(dy.extents());
     const auto* d = dy.data();
     auto* out = dx.data();
-    const float* xs = x_.data();
+    const float* g = grad_.data();
     Kokkos::parallel_for(
         "tessera::nn::GELU::backward", Kokkos::RangePolicy<Exec>(exec, 0, dy.size()),
-        KOKKOS_LAMBDA(const index_t i) {
-          const float v = xs[i];
-          const float cdf = 0.5f * (1.f + detail::kmath::erf(v * 0.70710678f));
-          // 0.39894228f = 1/sqrt(2 pi): the standard normal density's factor.
-          const float pdf = 0.39894228f * detail::kmath::exp(-0.5f * v * v);
-          out[i] = from_float<P>(to_float(d[i]) * (cdf + v * pdf));
-        });
+        KOKKOS_LAMBDA(const index_t i) { out[i] = from_float<P>(to_float(d[i]) * g[i]); });
     exec.fence();
     return dx;
   }
 
 private:
   detail::any_buffer y_, dx_;
-  detail::raw_buffer<float> x_;
+  detail::raw_buffer<float> grad_; // dGELU/dx of the last forward, fp32
   detail::saved_shape shape_;
 };
 

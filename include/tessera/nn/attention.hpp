@@ -24,11 +24,15 @@
 /// tile x (tile + d) floats; the t x t score matrix is never formed. Forward saves, per row,
 /// the log-sum-exp L = m + log l. Backward recomputes each probability tile as exp(s - L) and
 /// uses D_i = rowsum(dO_i * o_i): dV = P^T dO, dP = dO V^T, dS = P * (dP - D), dQ = dS K / sqrt d,
-/// dK = dS^T Q / sqrt d, in two passes (one work item per key tile for dK, dV; one per query
-/// tile for dQ: no atomics, the same sums on every run). Memory besides the activations is
-/// linear in t: q, k, v (and k^T, v^T for unit-stride inner loops) in fp32, L and D per row,
-/// and the per-work-item scratch, reused across steps. The tile products are tight loops whose
-/// innermost loop runs over unit-stride rows (vectorisable).
+/// dK = dS^T Q / sqrt d, in one pass per (batch, head): for each key tile, over the query tiles at
+/// or after it, dK and dV of the key tile in scratch and dQ accumulated in place in dqkv (owned by
+/// the work item: no atomics, the same sums on every run); each probability tile is recomputed
+/// once. Memory besides the activations is linear in t: q, k, v (and k^T, v^T for unit-stride
+/// inner loops) in fp32, L and D per row, and the per-work-item scratch, reused across steps.
+/// The tile products are register-blocked (block_rows query rows by block_cols keys for the
+/// scores, block_rows rows by the head width for P V and dS K, two keys by the head width for
+/// P^T dO and dS^T Q), their innermost loops unit-stride and of compile-time length
+/// (vectorisable), and skip the blocks the causal mask hides.
 ///
 /// decode(exec, x_new, cache) appends n new positions (x_new (B, n, D), n >= 1; generation
 /// uses n = 1, a prompt may be fed whole) to a key/value cache (nn::CausalSelfAttention::cache,
@@ -197,10 +201,10 @@ public:
           }
           for (index_t j0 = 0; j0 < i1; j0 += tile) {
             const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
-            scores(s, qh + i0 * d, kth + j0, nq, nk, tile, t);
+            scores(s, qh, kth + j0, i0, j0, nq, nk, tile, t);
             for (index_t r = 0; r < nq; ++r) {
+              // j0 <= i0 (both multiples of the tile): every row sees at least key j0.
               const index_t valid = causal_keys(i0 + r, j0, nk);
-              if (valid <= 0) continue;
               float* sr = s + r * tile;
               float mx = sr[0];
               for (index_t c = 1; c < valid; ++c) mx = sr[c] > mx ? sr[c] : mx;
@@ -212,16 +216,13 @@ public:
                 sr[c] = p;
                 sum += p;
               }
+              for (index_t c = valid; c < nk; ++c) sr[c] = 0.f;
               l[r] = l[r] * corr + sum;
               m[r] = mnew;
               float* ar = acc + r * d;
               for (index_t c = 0; c < d; ++c) ar[c] *= corr;
-              for (index_t c = 0; c < valid; ++c) {
-                const float p = sr[c];
-                const float* vr = vh + (j0 + c) * d;
-                for (index_t e = 0; e < d; ++e) ar[e] += p * vr[e];
-              }
             }
+            accumulate(acc, d, s, vh + j0 * d, i0, j0, nq, nk, tile);
           }
           for (index_t r = 0; r < nq; ++r) {
             const float inv = 1.f / l[r];
@@ -271,7 +272,7 @@ public:
           });
     }
     auto dqkv = dqkv_.get(extents<dyn, DE::static_extent(1), 3 * D>::from_all({B, t, 3 * D}));
-    const index_t tile = tile_, tiles = (t + tile - 1) / tile;
+    const index_t tile = tile_;
     const float *q = q_.data(), *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
     const float *lse = lse_.data(), *dop = do_.data(), *di = di_.data();
     float* dst = dqkv.data();
@@ -281,16 +282,16 @@ public:
     using scratch_view = scratch_view_t<Exec>;
     const std::size_t floats = std::size_t(2 * tile * tile + 2 * tile * d);
     const int level = scratch_level(floats);
-    const auto pol =
-        policy_t(exec, int(B * H * tiles), 1)
-            .set_scratch_size(level, Kokkos::PerTeam(scratch_view::shmem_size(floats)));
-    // dK, dV: one work item per (batch, head, key tile), over the query tiles at or after it.
+    // One pass, one work item per (batch, head): for each key tile, over the query tiles at or
+    // after it, dV_j += P^T dO_i, dK_j += dS^T Q_i and dQ_i += dS K_j, dQ accumulated in place in
+    // dqkv's q columns (the work item owns them: no atomics, the same sums on every run). Each
+    // probability tile is recomputed once.
     Kokkos::parallel_for(
-        "tessera::nn::CausalSelfAttention::backward[dK dV]", pol,
+        "tessera::nn::CausalSelfAttention::backward[core]",
+        policy_t(exec, int(B * H), 1)
+            .set_scratch_size(level, Kokkos::PerTeam(scratch_view::shmem_size(floats))),
         KOKKOS_LAMBDA(const member_t& team) {
-          const index_t w = team.league_rank();
-          const index_t bh = w / tiles, j0 = (w % tiles) * tile;
-          const index_t j1 = j0 + tile < t ? j0 + tile : t, nk = j1 - j0;
+          const index_t bh = team.league_rank();
           const index_t b = bh / H, h = bh % H;
           const scratch_view sv(team.team_scratch(level), floats);
           float* s = sv.data();
@@ -298,72 +299,33 @@ public:
           float* dk = dp + tile * tile;
           float* dv = dk + tile * d;
           const float* qh = q + bh * t * d;
-          const float* kth = kt + bh * d * t;
-          const float* vth = vt + bh * d * t;
-          const float* doh = dop + bh * t * d;
-          for (index_t c = 0; c < nk * d; ++c) dk[c] = dv[c] = 0.f;
-          for (index_t i0 = (j0 / tile) * tile; i0 < t; i0 += tile) {
-            const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
-            probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
-                              tile, t);
-            for (index_t r = 0; r < nq; ++r) {
-              const index_t i = i0 + r;
-              const index_t valid = causal_keys(i, j0, nk);
-              const float* qr = qh + i * d;
-              const float* gr = doh + i * d;
-              for (index_t c = 0; c < valid; ++c) {
-                const float p = s[r * tile + c], ds = dp[r * tile + c];
-                float* dvr = dv + c * d;
-                float* dkr = dk + c * d;
-                for (index_t e = 0; e < d; ++e) {
-                  dvr[e] += p * gr[e];
-                  dkr[e] += ds * qr[e];
-                }
-              }
-            }
-          }
-          // q was pre-scaled: dK = dS^T (q / sqrt d) already.
-          for (index_t c = 0; c < nk; ++c)
-            for (index_t e = 0; e < d; ++e) {
-              float* row = dst + (b * t + j0 + c) * 3 * D + h * d + e;
-              row[D] = dk[c * d + e];
-              row[2 * D] = dv[c * d + e];
-            }
-        });
-    // dQ: one work item per (batch, head, query tile), over the key tiles up to the diagonal.
-    Kokkos::parallel_for(
-        "tessera::nn::CausalSelfAttention::backward[dQ]", pol, KOKKOS_LAMBDA(const member_t& team) {
-          const index_t w = team.league_rank();
-          const index_t bh = w / tiles, i0 = (w % tiles) * tile;
-          const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
-          const index_t b = bh / H, h = bh % H;
-          const scratch_view sv(team.team_scratch(level), floats);
-          float* s = sv.data();
-          float* dp = s + tile * tile;
-          float* dq = dp + tile * tile;
-          const float* qh = q + bh * t * d;
           const float* kh = k + bh * t * d;
           const float* kth = kt + bh * d * t;
           const float* vth = vt + bh * d * t;
           const float* doh = dop + bh * t * d;
-          for (index_t c = 0; c < nq * d; ++c) dq[c] = 0.f;
-          for (index_t j0 = 0; j0 < i1; j0 += tile) {
-            const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
-            probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
-                              tile, t);
-            for (index_t r = 0; r < nq; ++r) {
-              const index_t valid = causal_keys(i0 + r, j0, nk);
-              float* dqr = dq + r * d;
-              for (index_t c = 0; c < valid; ++c) {
-                const float ds = dp[r * tile + c];
-                const float* kr = kh + (j0 + c) * d;
-                for (index_t e = 0; e < d; ++e) dqr[e] += ds * kr[e];
-              }
+          float* dqh = dst + b * t * 3 * D + h * d; // row i at dqh + i * 3D
+          for (index_t i = 0; i < t; ++i)
+            for (index_t e = 0; e < d; ++e) dqh[i * 3 * D + e] = 0.f;
+          for (index_t j0 = 0; j0 < t; j0 += tile) {
+            const index_t j1 = j0 + tile < t ? j0 + tile : t, nk = j1 - j0;
+            for (index_t c = 0; c < nk * d; ++c) dk[c] = dv[c] = 0.f;
+            for (index_t i0 = j0; i0 < t; i0 += tile) {
+              const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
+              probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
+                                tile, t);
+              accumulate_t(dv, dk, s, dp, doh + i0 * d, qh + i0 * d, i0, j0, nq, nk, tile);
+              accumulate(dqh + i0 * 3 * D, 3 * D, dp, kh + j0 * d, i0, j0, nq, nk, tile);
             }
+            // q was pre-scaled: dK = dS^T (q / sqrt d) already.
+            for (index_t c = 0; c < nk; ++c)
+              for (index_t e = 0; e < d; ++e) {
+                float* row = dst + (b * t + j0 + c) * 3 * D + h * d + e;
+                row[D] = dk[c * d + e];
+                row[2 * D] = dv[c * d + e];
+              }
           }
-          for (index_t r = 0; r < nq; ++r)
-            for (index_t e = 0; e < d; ++e)
-              dst[(b * t + i0 + r) * 3 * D + h * d + e] = scale * dq[r * d + e];
+          for (index_t i = 0; i < t; ++i)
+            for (index_t e = 0; e < d; ++e) dqh[i * 3 * D + e] *= scale;
         });
     exec.fence();
     scratch_bytes_ =
@@ -456,32 +418,151 @@ private:
     return v < nk ? v : nk;
   }
 
-  /// s (nq x nk, row stride ld) = a (nq x d, rows of d) times bt (d x nk, row stride t): the
-  /// innermost loop runs along bt's unit-stride rows.
-  KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const float* bt, index_t nq,
-                                            index_t nk, index_t ld, index_t t) {
-    for (index_t r = 0; r < nq; ++r) {
-      float* sr = s + r * ld;
-      for (index_t c = 0; c < nk; ++c) sr[c] = 0.f;
-      const float* ar = a + r * head_dim;
-      for (index_t e = 0; e < head_dim; ++e) {
-        const float av = ar[e];
-        const float* br = bt + e * t;
-        for (index_t c = 0; c < nk; ++c) sr[c] += av * br[c];
-      }
-    }
+  /// Rows per register block of the tile products, and columns (keys) per block of scores.
+  static constexpr index_t block_rows = 4, block_cols = 16;
+
+  /// The largest number of keys j0 .. j0 + nk - 1 that rows r0 .. r0 + nr - 1 of the query tile
+  /// at i0 may see (that of the last row).
+  KOKKOS_INLINE_FUNCTION static index_t block_keys(index_t i0, index_t r0, index_t nr, index_t j0,
+                                                   index_t nk) {
+    return causal_keys(i0 + r0 + nr - 1, j0, nk);
   }
 
-  /// The backward tile of queries i0 .. i0 + nq - 1 and keys j0 .. j0 + nk - 1 of one head,
-  /// shared by both backward passes: recomputes the scores and dP = dO V^T, then overwrites,
-  /// for the keys each row may see, s with P = exp(s - L) and dp with dS = P (dP - D) (lse_h
-  /// and di_h: the head's L and D per row).
+  /// Scores of NR rows: s (NR rows, stride ld), columns [0, nc) = a (NR x d, rows of d) times bt
+  /// (d x nc, row stride t). Full blocks of block_cols columns accumulate in registers.
+  template <index_t NR>
+  KOKKOS_INLINE_FUNCTION static void score_rows(float* s, const float* a, const float* bt,
+                                                index_t nc, index_t ld, index_t t) {
+    constexpr index_t CB = block_cols;
+    index_t c0 = 0;
+    for (; c0 + CB <= nc; c0 += CB) {
+      float acc[NR][CB];
+      for (index_t r = 0; r < NR; ++r)
+        for (index_t c = 0; c < CB; ++c) acc[r][c] = 0.f;
+      for (index_t e = 0; e < head_dim; ++e) {
+        const float* br = bt + e * t + c0;
+        for (index_t r = 0; r < NR; ++r) {
+          const float av = a[r * head_dim + e];
+          for (index_t c = 0; c < CB; ++c) acc[r][c] += av * br[c];
+        }
+      }
+      for (index_t r = 0; r < NR; ++r)
+        for (index_t c = 0; c < CB; ++c) s[r * ld + c0 + c] = acc[r][c];
+    }
+    for (; c0 < nc; ++c0)
+      for (index_t r = 0; r < NR; ++r) {
+        float sum = 0.f;
+        for (index_t e = 0; e < head_dim; ++e) sum += a[r * head_dim + e] * bt[e * t + c0];
+        s[r * ld + c0] = sum;
+      }
+  }
+
+  /// s (nq x nk, row stride ld) = a (the head's rows of d, query tile at i0) times bt (d x nk,
+  /// row stride t, key tile at j0), for the keys each row block may see (the causal mask;
+  /// columns past a block's last row's keys are left unset).
+  KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const float* bt, index_t i0,
+                                            index_t j0, index_t nq, index_t nk, index_t ld,
+                                            index_t t) {
+    constexpr index_t R = block_rows;
+    const float* ai = a + i0 * head_dim;
+    index_t r0 = 0;
+    for (; r0 + R <= nq; r0 += R)
+      score_rows<R>(s + r0 * ld, ai + r0 * head_dim, bt, block_keys(i0, r0, R, j0, nk), ld, t);
+    for (; r0 < nq; ++r0)
+      score_rows<1>(s + r0 * ld, ai + r0 * head_dim, bt, block_keys(i0, r0, 1, j0, nk), ld, t);
+  }
+
+  /// NR rows of out (stride ostride, d wide) += p (NR rows, stride ld, nc columns) times rows
+  /// (nc x d, rows of d), accumulated in registers.
+  template <index_t NR>
+  KOKKOS_INLINE_FUNCTION static void accumulate_rows(float* out, index_t ostride, const float* p,
+                                                     const float* rows, index_t nc, index_t ld) {
+    constexpr index_t d = head_dim;
+    float acc[NR][d];
+    for (index_t r = 0; r < NR; ++r)
+      for (index_t e = 0; e < d; ++e) acc[r][e] = out[r * ostride + e];
+    for (index_t c = 0; c < nc; ++c) {
+      const float* vr = rows + c * d;
+      for (index_t r = 0; r < NR; ++r) {
+        const float pv = p[r * ld + c];
+        for (index_t e = 0; e < d; ++e) acc[r][e] += pv * vr[e];
+      }
+    }
+    for (index_t r = 0; r < NR; ++r)
+      for (index_t e = 0; e < d; ++e) out[r * ostride + e] = acc[r][e];
+  }
+
+  /// out (nq rows of d, stride ostride) += p (nq x nk, stride ld; zero where masked) times
+  /// rows (nk x d: the key tile's v or k rows), over the keys each row block may see.
+  KOKKOS_INLINE_FUNCTION static void accumulate(float* out, index_t ostride, const float* p,
+                                                const float* rows, index_t i0, index_t j0,
+                                                index_t nq, index_t nk, index_t ld) {
+    constexpr index_t R = block_rows;
+    index_t r0 = 0;
+    for (; r0 + R <= nq; r0 += R)
+      accumulate_rows<R>(out + r0 * ostride, ostride, p + r0 * ld, rows,
+                         block_keys(i0, r0, R, j0, nk), ld);
+    for (; r0 < nq; ++r0)
+      accumulate_rows<1>(out + r0 * ostride, ostride, p + r0 * ld, rows,
+                         block_keys(i0, r0, 1, j0, nk), ld);
+  }
+
+  /// NC keys (columns c0 .. of the tile) of dv += P^T g and dk += dS^T a over query rows
+  /// [r0, nq) (P, dS zero where masked), accumulated in registers.
+  template <index_t NC>
+  KOKKOS_INLINE_FUNCTION static void
+  accumulate_t_cols(float* dv, float* dk, const float* s, const float* dp, const float* g,
+                    const float* a, index_t c0, index_t r0, index_t nq, index_t ld) {
+    constexpr index_t d = head_dim;
+    float av[NC][d], ak[NC][d];
+    for (index_t c = 0; c < NC; ++c)
+      for (index_t e = 0; e < d; ++e) {
+        av[c][e] = dv[(c0 + c) * d + e];
+        ak[c][e] = dk[(c0 + c) * d + e];
+      }
+    for (index_t r = r0; r < nq; ++r) {
+      const float* gr = g + r * d;
+      const float* ar = a + r * d;
+      for (index_t c = 0; c < NC; ++c) {
+        const float pv = s[r * ld + c0 + c], dsv = dp[r * ld + c0 + c];
+        for (index_t e = 0; e < d; ++e) {
+          av[c][e] += pv * gr[e];
+          ak[c][e] += dsv * ar[e];
+        }
+      }
+    }
+    for (index_t c = 0; c < NC; ++c)
+      for (index_t e = 0; e < d; ++e) {
+        dv[(c0 + c) * d + e] = av[c][e];
+        dk[(c0 + c) * d + e] = ak[c][e];
+      }
+  }
+
+  /// dv (nk x d) += P^T g and dk (nk x d) += dS^T a, g and a the query tile's dO and q rows
+  /// (nq x d); key c is seen by query rows i >= j0 + c only.
+  KOKKOS_INLINE_FUNCTION static void accumulate_t(float* dv, float* dk, const float* s,
+                                                  const float* dp, const float* g, const float* a,
+                                                  index_t i0, index_t j0, index_t nq, index_t nk,
+                                                  index_t ld) {
+    constexpr index_t C = 2;
+    // The first query row that sees key c0 (the rows before it have P = dS = 0 there).
+    const index_t off = j0 - i0;
+    index_t c0 = 0;
+    for (; c0 + C <= nk; c0 += C)
+      accumulate_t_cols<C>(dv, dk, s, dp, g, a, c0, off + c0 > 0 ? off + c0 : 0, nq, ld);
+    for (; c0 < nk; ++c0)
+      accumulate_t_cols<1>(dv, dk, s, dp, g, a, c0, off + c0 > 0 ? off + c0 : 0, nq, ld);
+  }
+
+  /// The backward tile of queries i0 .. i0 + nq - 1 and keys j0 .. j0 + nk - 1 of one head:
+  /// recomputes the scores and dP = dO V^T, then overwrites s with P = exp(s - L) and dp with
+  /// dS = P (dP - D) (lse_h and di_h: the head's L and D per row), both zero where masked.
   KOKKOS_INLINE_FUNCTION static void
   probs_and_dscores(float* s, float* dp, const float* qh, const float* kth, const float* doh,
                     const float* vth, const float* lse_h, const float* di_h, index_t i0, index_t j0,
                     index_t nq, index_t nk, index_t ld, index_t t) {
-    scores(s, qh + i0 * head_dim, kth + j0, nq, nk, ld, t);
-    scores(dp, doh + i0 * head_dim, vth + j0, nq, nk, ld, t);
+    scores(s, qh, kth + j0, i0, j0, nq, nk, ld, t);
+    scores(dp, doh, vth + j0, i0, j0, nq, nk, ld, t);
     for (index_t r = 0; r < nq; ++r) {
       const index_t valid = causal_keys(i0 + r, j0, nk);
       const float L = lse_h[i0 + r], Di = di_h[i0 + r];
@@ -492,6 +573,7 @@ private:
         sr[c] = p;
         dpr[c] = p * (dpr[c] - Di);
       }
+      for (index_t c = valid < 0 ? 0 : valid; c < nk; ++c) sr[c] = dpr[c] = 0.f;
     }
   }
 
