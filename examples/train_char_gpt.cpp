@@ -229,8 +229,8 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
     try {
       train::load_checkpoint(o.resume, params, opt, scaler, state, sched, acc, fp8_states);
     } catch (const std::exception& e) {
-      throw tessera::value_error("train_char_gpt: cannot resume from " + o.resume +
-                                 " with this model (" + chargpt::model_tag(o) +
+      throw tessera::value_error("cannot resume from " + o.resume + " with this model (" +
+                                 chargpt::model_tag(o) +
                                  "; a checkpoint resumes only the model size and precision it "
                                  "was saved with): " +
                                  e.what());

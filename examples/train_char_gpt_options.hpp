@@ -159,11 +159,11 @@ inline options parse_options(int argc, const char* const* argv) {
   return o;
 }
 
-/// "fp32, 4 layers, width 128, 4 heads, context 128": the precision and model size, written
+/// "fp32, layers 4, width 128, heads 4, context 128": the precision and model size, written
 /// into checkpoints (run_state::precision) so that resuming checks both.
 inline std::string model_tag(const options& o) {
-  return o.precision + ", " + std::to_string(o.layers) + " layers, width " +
-         std::to_string(o.width) + ", " + std::to_string(o.heads) + " heads, context " +
+  return o.precision + ", layers " + std::to_string(o.layers) + ", width " +
+         std::to_string(o.width) + ", heads " + std::to_string(o.heads) + ", context " +
          std::to_string(o.context);
 }
 

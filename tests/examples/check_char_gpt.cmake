@@ -98,7 +98,7 @@ elseif(mode STREQUAL "sizes")
   # V = 128 (fortunes has 114 distinct bytes), D = 64, context bound 128 rows, one block:
   # tok 128*64 + pos 128*64 + block (LN 2*64, qkv 64*192+192, proj 64*64+64, LN 2*64,
   # fc 64*256+256, proj 256*64+64) + LN_f 2*64 + head 64*128+128 = 74 816
-  if(NOT err MATCHES "fp32, 1 layers, width 64, 2 heads, context 32, vocabulary 114 \\(bound 128\\)"
+  if(NOT err MATCHES "fp32, layers 1, width 64, heads 2, context 32, vocabulary 114 \\(bound 128\\)"
      OR NOT err MATCHES " 74816 parameters, batch 4 x 32 ")
     message(FATAL_ERROR "the small model's header line is wrong:\n${err}")
   endif()
@@ -123,7 +123,7 @@ elseif(mode STREQUAL "sizes")
                 "--layers;1;--width;64;--heads;2;--context;16")
     execute_process(COMMAND ${exe} ${common} ${other} --steps 4 --sample-len 0 --resume ${ck}
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    if(NOT rc EQUAL 1 OR NOT err MATCHES "cannot resume from .*sizes.tsr with this model"
+    if(NOT rc EQUAL 1 OR NOT err MATCHES "train_char_gpt: cannot resume from .*sizes.tsr with this model \\(fp32, layers [12], width (64|128), heads [24], context (16|32);"
        OR NOT err MATCHES "resumes only the model size and precision it was saved with")
       message(FATAL_ERROR "${other}: the checkpoint of another size was not refused (${rc}):\n${err}")
     endif()

@@ -136,6 +136,10 @@ TEST_CASE("train_char_gpt: model sizes", "[examples][options]") {
     CHECK((by_heads.width == m.width && by_heads.heads == m.heads));
   }
   CHECK(chargpt::model_sizes_text() == "64/2, 128/4");
+  CHECK(chargpt::model_tag(parse({})) == "fp32, layers 4, width 128, heads 4, context 128");
+  CHECK(chargpt::model_tag(
+            parse({"--precision", "bf16", "--layers", "2", "--width", "64", "--context", "16"})) ==
+        "bf16, layers 2, width 64, heads 2, context 16");
   CHECK(parse({"--context", "128"}).context == chargpt::max_context);
   CHECK(parse({"--layers", "64"}).layers == 64);
   // anything else is refused with the list of the compiled pairs
