@@ -27,8 +27,10 @@
 #include <boost/hana/length.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace tessera::train {
 

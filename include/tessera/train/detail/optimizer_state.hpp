@@ -2,12 +2,15 @@
 /// \file train/detail/optimizer_state.hpp
 /// The state every optimizer keeps: a step counter and, per parameter, a fixed number of fp32
 /// buffers ("slots": SGD's momentum buffer, AdamW's first and second moments) of the
-/// parameter's size. Private: reached through an optimizer's `state` member.
+/// parameter's size. Private: reached through an optimizer's `state` member. Also the walk over
+/// a parameter sequence every optimizer, scaler and checkpoint uses, public as
+/// train::for_each_parameter and train::count_parameters (end of the file).
 
 #include <tessera/config/error.hpp>
 #include <tessera/train/parameter.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <boost/hana/concept/foldable.hpp>
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/tuple.hpp>
 
