@@ -7,12 +7,18 @@
 //   train_char_gpt --steps 2000 --resume ck.tsr       # continues bit for bit
 //   scripts/run.sh gpt [flags]                       # bootstraps, builds and runs this
 //
-// Model (docs: /work/wt/GPT_SPEC.md in the issue, and below), all compile-time parameters:
-// context T = 128, width D = 128, 4 heads of 32, 4 blocks, MLP hidden 512.
+// Model (examples/char_gpt_model.hpp; /work/wt/GPT_SPEC.md in the issue): by default context
+// T = 128, width D = 128, 4 heads of 32, 4 blocks, MLP hidden 4 D = 512.
 //   x = tok_emb[ids] + pos_emb[0..t)                                    (B, t, D)
 //   block: x = x + Attn(LN1(x)); x = x + MLP(LN2(x)), MLP = Linear(D, 4D) GELU Linear(4D, D)
 //   logits = Linear(D, V)(LN_f(x))  (lm_head with bias, not tied to tok_emb)
 //   loss = mean cross-entropy over the B t positions
+// Model size flags: --layers N (1..64 blocks: a run-time list of identical blocks), --context T
+// (2..128: the position table is compiled for 128 rows, a shorter context uses the first T),
+// --width D / --heads H among the compiled pairs 64/2 and 128/4 (chargpt::model_sizes; each
+// pair is one more model type per precision and vocabulary bound, so compile time grows with
+// the list; other values are refused with the list).
+//   train_char_gpt --layers 2 --width 64 --heads 2 --context 64 --steps 300
 // V is a compile-time bound: 128 if the corpus has at most 128 distinct bytes (fortunes: 114),
 // else 256; the rows beyond the vocabulary are never targets and only receive the softmax's
 // push-down (benchmarks/gpt/torch_char_gpt.py does the same).
@@ -36,23 +42,21 @@
 // position, accumulation state, step, seed, precision) atomically at every evaluation and at the
 // end (--stop-at N ends the run after step N, the schedule still running to --steps);
 // --resume FILE continues from it: bit-identical to the uninterrupted run on the same
-// thread count. The last line before the sample is an FNV-1a hash of the master weights, so two
+// thread count, and refused (naming this run's size) for a checkpoint of another model size
+// or precision. The last line before the sample is an FNV-1a hash of the master weights, so two
 // runs can be compared exactly.
 //
 // The sample: --sample-len characters generated after a newline, at --temperature, from a
 // generator seeded by --seed; each new character runs the blocks on that one position with the
 // attention's key/value cache (cost linear in the context). When the context is full (T
 // characters), the cache restarts from the last T / 2 characters.
+#include "char_gpt_model.hpp"
 #include "kokkos_args.hpp"
 #include "train_char_gpt_options.hpp"
 
 #include <tessera/data/text.hpp>
 #include <tessera/nn.hpp>
 #include <tessera/train.hpp>
-
-#include <boost/hana/concat.hpp>
-#include <boost/hana/for_each.hpp>
-#include <boost/hana/transform.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -71,55 +75,8 @@ namespace train = tessera::train;
 namespace data = tessera::data;
 using tessera::index_t;
 
-constexpr index_t T = 128, D = 128, H = 4;
 constexpr std::int64_t eval_contexts = 64, eval_batch = 16;
 constexpr double clip_norm = 1.0;
-
-template <class P>
-using attn_block = nn::Residual<nn::LayerNorm<D>, nn::CausalSelfAttention<D, H, P>>;
-template <class P>
-using mlp_block =
-    nn::Residual<nn::LayerNorm<D>, nn::Linear<D, 4 * D, P>, nn::GELU, nn::Linear<4 * D, D, P>>;
-
-/// The GPT: the token embedding in front of a Sequential of the position embedding, 4 blocks,
-/// the final LayerNorm and the lm_head.
-template <class P, index_t V>
-struct char_gpt {
-  using body_type =
-      nn::Sequential<nn::PositionEmbedding<T, D>, attn_block<P>, mlp_block<P>, attn_block<P>,
-                     mlp_block<P>, attn_block<P>, mlp_block<P>, attn_block<P>, mlp_block<P>,
-                     nn::LayerNorm<D>, nn::Linear<D, V, P>>;
-  static constexpr std::size_t blocks = 4;
-  static constexpr index_t vocab_bound = V;
-
-  nn::Embedding<V, D> tok;
-  body_type body;
-
-  /// The token table from stream 1000 of the seed (the body's layers take streams 0..10).
-  explicit char_gpt(std::uint64_t seed)
-      : tok(tessera::counter_rng{seed, 1000}.bits(0)), body(seed) {}
-
-  /// "tok.weight", then the body's "<layer>.<name>".
-  auto parameters() const {
-    auto t = boost::hana::transform(tok.parameters(), [](auto p) {
-      p.name = "tok." + p.name;
-      return p;
-    });
-    return boost::hana::concat(t, body.parameters());
-  }
-  auto fp8_states() { return body.fp8_states(); }
-
-  /// Logits (B, t, V) of ids (B, t).
-  template <class Exec, class Ids>
-  auto forward(const Exec& exec, const Ids& ids) {
-    return body.forward(exec, tok.forward(exec, ids));
-  }
-  /// Writes every parameter's gradient from dL/dlogits.
-  template <class Exec, class DY>
-  void backward(const Exec& exec, const DY& dlogits) {
-    tok.backward(exec, body.backward(exec, dlogits, true));
-  }
-};
 
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t) {
@@ -132,8 +89,8 @@ struct batch_views {
   using view_type = Kokkos::View<std::int32_t**>;
   view_type x, y;
   view_type::HostMirror hx, hy;
-  void fill(const std::int32_t* rows, std::int64_t b) {
-    if (static_cast<std::int64_t>(x.extent(0)) != b) {
+  void fill(const std::int32_t* rows, std::int64_t b, index_t T) {
+    if (static_cast<std::int64_t>(x.extent(0)) != b || static_cast<index_t>(x.extent(1)) != T) {
       x = view_type("batch.x", b, T);
       y = view_type("batch.y", b, T);
       hx = Kokkos::create_mirror_view(x);
@@ -153,6 +110,7 @@ struct batch_views {
 template <class Model, class Exec>
 double val_loss(Model& model, const Exec& exec, const std::vector<std::int32_t>& val,
                 const std::vector<std::int64_t>& offsets) {
+  const index_t T = model.context();
   nn::SoftmaxCrossEntropy loss;
   batch_views buf;
   std::vector<std::int32_t> rows;
@@ -162,7 +120,7 @@ double val_loss(Model& model, const Exec& exec, const std::vector<std::int32_t>&
     rows.assign(n * (T + 1), 0);
     for (std::size_t i = 0; i < n; ++i)
       std::copy_n(val.begin() + offsets[first + i], T + 1, rows.begin() + i * (T + 1));
-    buf.fill(rows.data(), static_cast<std::int64_t>(n));
+    buf.fill(rows.data(), static_cast<std::int64_t>(n), T);
     const auto logits = model.forward(exec, buf.x);
     sum += static_cast<double>(loss.forward(exec, logits, buf.y)) * static_cast<double>(n);
   }
@@ -201,7 +159,7 @@ void next_char(std::vector<std::int32_t>& ids, const Flat& flat, std::size_t fir
 template <class Params>
 std::uint64_t masters_hash(const Params& params) {
   std::uint64_t h = 0xcbf29ce484222325ull;
-  boost::hana::for_each(params, [&](const auto& p) {
+  train::for_each_parameter(params, [&](const auto& p, std::size_t) {
     const auto host =
         Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, p.value.kokkos_view());
     const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
@@ -211,102 +169,6 @@ std::uint64_t masters_hash(const Params& params) {
   return h;
 }
 
-/// Generation with the attention's key/value caches: feed(first, n) runs positions
-/// first .. first + n - 1 (ids already in `ids`) through the blocks, each attention appending to
-/// its cache, and returns the logits (1, n, V). One new character costs one position's work
-/// (projections, MLP, lm_head) plus attention over the cached positions: linear in the context.
-template <class Model, class Exec>
-class generator {
-public:
-  using attn_type = typename std::remove_cvref_t<
-      decltype(std::declval<Model&>().body.template layer<1>().template layer<1>())>;
-
-  generator(Model& m, const Exec& exec) : m_(m), exec_(exec) {
-    for (std::size_t b = 0; b < Model::blocks; ++b) caches_.emplace_back(1, T);
-  }
-
-  /// ids[first .. first + n) at positions 0 .. n - 1 of fresh caches (a restart), or at the
-  /// positions after the cached ones (first == length()).
-  template <class Ids>
-  auto feed(const Ids& ids, std::size_t first, std::size_t n, bool restart) {
-    if (restart)
-      for (auto& c : caches_) c.reset();
-    const index_t p0 = caches_[0].length();
-    tessera::Tensor<tessera::fp32, tessera::extents<tessera::dyn, tessera::dyn, D>> x(
-        "gen.x", 1, static_cast<index_t>(n));
-    {
-      const auto tok = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{},
-                                                           m_.tok.weight().value.kokkos_view());
-      const auto pos = Kokkos::create_mirror_view_and_copy(
-          Kokkos::HostSpace{}, m_.body.template layer<0>().weight().value.kokkos_view());
-      const auto hx = Kokkos::create_mirror_view(x.kokkos_view());
-      for (std::size_t j = 0; j < n; ++j)
-        for (index_t d = 0; d < D; ++d)
-          hx(j * D + static_cast<std::size_t>(d)) =
-              tok(static_cast<std::size_t>(ids[first + j]) * D + static_cast<std::size_t>(d)) +
-              pos(static_cast<std::size_t>(p0 + static_cast<index_t>(j)) * D +
-                  static_cast<std::size_t>(d));
-      Kokkos::deep_copy(x.kokkos_view(), hx);
-    }
-    return blocks<0>(x);
-  }
-  index_t length() const { return caches_[0].length(); }
-
-private:
-  /// x + a (a in any precision), in fp32.
-  template <class X, class A>
-  X add(const X& x, const A& a) {
-    X y("gen.residual", x.extent(0), x.extent(1));
-    float* py = y.data();
-    const float* px = x.data();
-    const auto* pa = a.data();
-    Kokkos::parallel_for(
-        "train_char_gpt::generate::residual",
-        Kokkos::RangePolicy<Exec>(exec_, 0, static_cast<index_t>(y.size())),
-        KOKKOS_LAMBDA(const index_t i) { py[i] = px[i] + tessera::to_float(pa[i]); });
-    exec_.fence();
-    return y;
-  }
-
-  template <std::size_t B, class X>
-  auto blocks(const X& x) {
-    if constexpr (B == Model::blocks) {
-      auto& body = m_.body;
-      constexpr std::size_t n = std::remove_cvref_t<decltype(body)>::size();
-      const auto h = body.template layer<n - 2>().forward(exec_, x);
-      return body.template layer<n - 1>().forward(exec_, h);
-    } else {
-      auto& ar = m_.body.template layer<1 + 2 * B>();
-      const auto h = ar.template layer<0>().forward(exec_, x);
-      const auto a = ar.template layer<1>().decode(exec_, h, caches_[B]);
-      const X x1 = add(x, a);
-      const auto x2 = m_.body.template layer<2 + 2 * B>().forward(exec_, x1);
-      return blocks<B + 1>(add(x1, x2, std::true_type{}));
-    }
-  }
-  /// The MLP residual already returns x + f(x): take it as is, widened to fp32 if needed.
-  template <class X, class Y>
-  X add(const X& x, const Y& y, std::true_type) {
-    if constexpr (std::is_same_v<Y, X>) {
-      return y;
-    } else {
-      X out("gen.widen", x.extent(0), x.extent(1));
-      float* po = out.data();
-      const auto* py = y.data();
-      Kokkos::parallel_for(
-          "train_char_gpt::generate::widen",
-          Kokkos::RangePolicy<Exec>(exec_, 0, static_cast<index_t>(out.size())),
-          KOKKOS_LAMBDA(const index_t i) { po[i] = tessera::to_float(py[i]); });
-      exec_.fence();
-      return out;
-    }
-  }
-
-  Model& m_;
-  const Exec& exec_;
-  std::vector<typename attn_type::cache> caches_;
-};
-
 /// --sample-len characters after a newline (see the file comment).
 template <class Model, class Exec>
 std::string generate(Model& model, const Exec& exec, const data::char_vocab& vocab,
@@ -315,7 +177,8 @@ std::string generate(Model& model, const Exec& exec, const data::char_vocab& voc
   std::vector<std::int32_t> ids{nl.empty() ? 0 : nl[0]};
   const tessera::counter_rng rng{o.seed, 0x5a4d504c45ull};
   std::vector<float> probs(static_cast<std::size_t>(vocab.size()));
-  generator<Model, Exec> gen(model, exec);
+  chargpt::generator<Model, Exec> gen(model, exec);
+  const index_t T = model.context();
   auto logits = gen.feed(ids, 0, 1, true);
   for (std::int64_t k = 0; k < o.sample_len; ++k) {
     const std::size_t n = static_cast<std::size_t>(logits.extent(1));
@@ -332,7 +195,7 @@ std::string generate(Model& model, const Exec& exec, const data::char_vocab& voc
   return vocab.decode(std::vector<std::int32_t>(ids.begin() + 1, ids.end()));
 }
 
-template <class P, index_t V>
+template <class P, index_t V, index_t D, index_t H>
 int run(const chargpt::options& o, const data::char_vocab& vocab, const data::text_split& split) {
   using exec_space = Kokkos::DefaultExecutionSpace;
   const exec_space exec;
@@ -340,7 +203,9 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
   constexpr bool scaled = !std::is_same_v<P, tessera::fp32>;
   using scaler_type = std::conditional_t<scaled, train::dynamic_scaler<>, train::static_scaler>;
 
-  char_gpt<P, V> model(o.seed);
+  const index_t T = o.context;
+  chargpt::char_gpt<P, V, D, H, chargpt::max_context> model(o.seed,
+                                                            static_cast<std::size_t>(o.layers), T);
   const auto params = model.parameters();
   const auto fp8_states = model.fp8_states();
   nn::SoftmaxCrossEntropy loss;
@@ -356,9 +221,20 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
           .lr = o.lr, .min_lr = o.lr / 10.0, .warmup_steps = o.warmup, .total_steps = o.steps}};
   sched.schedule.validate();
   train::grad_accumulator acc;
-  train::run_state state{.step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
+  // The checkpoint's precision record names the model size too, so that a checkpoint of
+  // another size (even one with the same parameters: another --context) is refused on load.
+  train::run_state state{
+      .step = 0, .epoch = 0, .data_seed = o.seed, .precision = chargpt::model_tag(o)};
   if (!o.resume.empty()) {
-    train::load_checkpoint(o.resume, params, opt, scaler, state, sched, acc, fp8_states);
+    try {
+      train::load_checkpoint(o.resume, params, opt, scaler, state, sched, acc, fp8_states);
+    } catch (const std::exception& e) {
+      throw tessera::value_error("cannot resume from " + o.resume + " with this model (" +
+                                 chargpt::model_tag(o) +
+                                 "; a checkpoint resumes only the model size and precision it "
+                                 "was saved with): " +
+                                 e.what());
+    }
     if (state.data_seed != o.seed)
       throw tessera::value_error("train_char_gpt: " + o.resume + " was trained with --seed " +
                                  std::to_string(state.data_seed) + ", not " +
@@ -367,11 +243,11 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
                  long(state.step));
   }
   std::int64_t n_params = 0;
-  boost::hana::for_each(params, [&](const auto& p) { n_params += p.size(); });
+  train::for_each_parameter(params, [&](const auto& p, std::size_t) { n_params += p.size(); });
   std::fprintf(stderr,
                "[train] %s, vocabulary %d (bound %ld), %ld train / %ld validation characters, "
                "%ld parameters, batch %ld x %ld (%ld micro-batch(es)), %d thread(s)\n",
-               o.precision.c_str(), vocab.size(), long(V), long(split.train.size()),
+               chargpt::model_tag(o).c_str(), vocab.size(), long(V), long(split.train.size()),
                long(split.val.size()), long(n_params), long(o.batch), long(T), long(o.accum),
                exec_space().concurrency());
 
@@ -400,7 +276,7 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
     const auto rows = sampler.batch(split.train, static_cast<std::uint64_t>(state.step), o.batch);
     double step_loss = 0;
     for (std::int64_t m = 0; m < o.accum; ++m) {
-      buf.fill(rows.data() + m * micro * (T + 1), micro);
+      buf.fill(rows.data() + m * micro * (T + 1), micro, T);
       const auto logits = model.forward(exec, buf.x);
       const float s = scaler.scale();
       const auto [l, dlogits] = loss.forward_backward(exec, logits, buf.y, s);
@@ -460,11 +336,19 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
   std::exit(2);
 }
 
+template <class P, index_t D, index_t H>
+int run_vocab(const chargpt::options& o, const data::char_vocab& vocab,
+              const data::text_split& split) {
+  if (vocab.size() <= 128) return run<P, 128, D, H>(o, vocab, split);
+  return run<P, 256, D, H>(o, vocab, split);
+}
+
+/// The compiled (width, heads) pairs (chargpt::model_sizes; the parser refuses the others).
 template <class P>
 int run_precision(const chargpt::options& o, const data::char_vocab& vocab,
                   const data::text_split& split) {
-  if (vocab.size() <= 128) return run<P, 128>(o, vocab, split);
-  return run<P, 256>(o, vocab, split);
+  if (o.width == 64) return run_vocab<P, 64, 2>(o, vocab, split);
+  return run_vocab<P, 128, 4>(o, vocab, split);
 }
 
 } // namespace
@@ -481,7 +365,7 @@ int main(int argc, char* argv[]) {
   try {
     const auto corpus = data::read_text_directory(o.data);
     const data::char_vocab vocab(corpus.bytes);
-    const auto split = data::split_text(vocab.encode(corpus.bytes), T);
+    const auto split = data::split_text(vocab.encode(corpus.bytes), o.context);
     if (o.precision == "fp32") return run_precision<tessera::fp32>(o, vocab, split);
     if (o.precision == "bf16") return run_precision<tessera::bf16>(o, vocab, split);
     return run_precision<nn::fp8<>>(o, vocab, split);

@@ -14,6 +14,22 @@ namespace chargpt {
 
 using fashion::usage_error;
 
+/// The compiled context bound: --context is 1..max_context.
+inline constexpr std::int64_t max_context = 128;
+/// The compiled (width, heads) pairs; each one is a model type instantiated for every
+/// precision and vocabulary bound, so the list stays short (compile time).
+struct model_size {
+  std::int64_t width, heads;
+};
+inline constexpr model_size model_sizes[] = {{64, 2}, {128, 4}};
+/// "64/2, 128/4": the list in error messages and the usage line.
+inline std::string model_sizes_text() {
+  std::string s;
+  for (const auto& m : model_sizes)
+    s += (s.empty() ? "" : ", ") + std::to_string(m.width) + "/" + std::to_string(m.heads);
+  return s;
+}
+
 struct options {
   std::string precision = "fp32";
   int threads = 0;               // 0: Kokkos' default
@@ -30,6 +46,10 @@ struct options {
   std::string data = "/usr/share/games/fortunes";
   std::string checkpoint, resume;
   bool progress = true;
+  std::int64_t layers = 4;    // transformer blocks (run time)
+  std::int64_t context = 128; // characters per context (1..max_context)
+  std::int64_t width = 128;   // model width, one of model_sizes with heads
+  std::int64_t heads = 4;     // attention heads
 };
 
 /// The usage line (without a trailing newline).
@@ -40,7 +60,8 @@ inline const char* usage_text() {
          "[--accum N (micro-batches per step, divides --batch)] [--lr X (finite, > 0)] "
          "[--seed N] [--eval-every N (1..10000000)] [--sample-len N (0..100000)] "
          "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE] "
-         "[--resume FILE] [--no-progress]";
+         "[--resume FILE] [--no-progress] [--layers N (1..64)] [--context N (2..128)] "
+         "[--width D --heads H (D/H: 64/2 or 128/4)]";
 }
 
 /// Parses argv[1..argc); flags starting "--kokkos" are Kokkos' own and are skipped.
@@ -48,7 +69,7 @@ inline options parse_options(int argc, const char* const* argv) {
   using fashion::detail::parse_integer;
   using fashion::detail::parse_positive_float;
   options o;
-  bool seen_warmup = false;
+  bool seen_warmup = false, seen_width = false, seen_heads = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i] ? argv[i] : "";
     const auto next = [&]() -> std::string {
@@ -93,6 +114,16 @@ inline options parse_options(int argc, const char* const* argv) {
       o.checkpoint = nonempty(next());
     } else if (a == "--resume") {
       o.resume = nonempty(next());
+    } else if (a == "--layers") {
+      o.layers = parse_integer<std::int64_t>(a, next(), 1, 64);
+    } else if (a == "--context") {
+      o.context = parse_integer<std::int64_t>(a, next(), 2, max_context);
+    } else if (a == "--width") {
+      o.width = parse_integer<std::int64_t>(a, next(), 1, 1 << 20);
+      seen_width = true;
+    } else if (a == "--heads") {
+      o.heads = parse_integer<std::int64_t>(a, next(), 1, 1 << 20);
+      seen_heads = true;
     } else if (a == "--no-progress") {
       o.progress = false;
     } else if (a.rfind("--kokkos", 0) == 0) {
@@ -101,6 +132,19 @@ inline options parse_options(int argc, const char* const* argv) {
       throw usage_error("unknown argument '" + a + "'");
     }
   }
+  // --width alone takes its compiled heads, --heads alone its compiled width; the pair must be
+  // one of model_sizes.
+  for (const auto& m : model_sizes) {
+    if (seen_width && !seen_heads && m.width == o.width) o.heads = m.heads;
+    if (seen_heads && !seen_width && m.heads == o.heads) o.width = m.width;
+  }
+  bool compiled = false;
+  for (const auto& m : model_sizes)
+    compiled = compiled || (m.width == o.width && m.heads == o.heads);
+  if (!compiled)
+    throw usage_error("--width " + std::to_string(o.width) + " --heads " + std::to_string(o.heads) +
+                      ": not a compiled model size; the supported width/heads pairs are " +
+                      model_sizes_text());
   // The default warm-up shrinks with a short run (at most a tenth of it); a given one must fit.
   if (!seen_warmup && o.warmup > o.steps / 10) o.warmup = o.steps / 10;
   if (o.warmup > o.steps)
@@ -113,6 +157,14 @@ inline options parse_options(int argc, const char* const* argv) {
     throw usage_error("--accum " + std::to_string(o.accum) + ": must divide --batch " +
                       std::to_string(o.batch));
   return o;
+}
+
+/// "fp32, layers 4, width 128, heads 4, context 128": the precision and model size, written
+/// into checkpoints (run_state::precision) so that resuming checks both.
+inline std::string model_tag(const options& o) {
+  return o.precision + ", layers " + std::to_string(o.layers) + ", width " +
+         std::to_string(o.width) + ", heads " + std::to_string(o.heads) + ", context " +
+         std::to_string(o.context);
 }
 
 } // namespace chargpt

@@ -5,6 +5,7 @@ markdown table of validation loss and training tokens/s.
 
     benchmarks/gpt/compare.py                          # 300 steps, 1 and 2 threads
     benchmarks/gpt/compare.py --steps 2000 --threads 1
+    benchmarks/gpt/compare.py --layers 2 --width 64 --heads 2 --context 64
 
 PyTorch runs fp32 and bf16 autocast; tessera fp32, bf16 and fp8 (hybrid, fp32 masters); fp8 is
 compared with PyTorch's bf16. The val loss is the last `val loss` line of each run (64 fixed
@@ -46,6 +47,11 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16,fp8")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    # the model size, passed to both (tessera compiles the width/heads pairs 64/2 and 128/4)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--context", type=int, default=128)
     args = ap.parse_args()
     ensure_torch()
     import torch
@@ -55,7 +61,8 @@ def main():
                  f"{args.build} --target train_char_gpt)")
     script = os.path.join(ROOT, "benchmarks", "gpt", "torch_char_gpt.py")
     common = ["--steps", str(args.steps), "--batch", str(args.batch), "--seed", str(args.seed),
-              "--eval-every", str(args.steps)]
+              "--eval-every", str(args.steps), "--layers", str(args.layers), "--heads",
+              str(args.heads), "--width", str(args.width), "--context", str(args.context)]
     rows, torch_cache = [], {}
     for t in [int(x) for x in args.threads.split(",")]:
         for p in args.precisions.split(","):
@@ -70,7 +77,8 @@ def main():
                           "--sample-len", "0"] + common, TESSERA_SPEED, {})
             pl, ps = torch_cache[(tp, t)]
             rows.append((p, t, tp, pl, tl, ps, ts))
-    print(f"\nCharacter GPT (4 layers, 4 heads, width 128, context 128), {args.steps} steps of "
+    print(f"\nCharacter GPT ({args.layers} layers, {args.heads} heads, width {args.width}, "
+          f"context {args.context}), {args.steps} steps of "
           f"batch {args.batch}, seed {args.seed}, PyTorch {torch.__version__}\n")
     print("| tessera precision | threads | PyTorch (precision) | PyTorch val loss | tessera val loss "
           "| PyTorch tokens/s | tessera tokens/s | speed ratio |")

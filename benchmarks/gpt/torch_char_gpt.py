@@ -100,13 +100,19 @@ def main():
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--eval-every', type=int, default=100)
     ap.add_argument('--data', default='/usr/share/games/fortunes')
+    ap.add_argument('--layers', type=int, default=4)
+    ap.add_argument('--context', type=int, default=128)
+    ap.add_argument('--width', type=int, default=128)
+    ap.add_argument('--heads', type=int, default=4)
     ap.add_argument('--check-sampler', action='store_true',
                     help='print the first starts of steps 0 and 1 and exit (no torch needed)')
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or a.threads < 1 or a.eval_every < 1:
         sys.exit('torch_char_gpt: --steps, --batch, --threads and --eval-every must be >= 1')
+    if a.layers < 1 or a.context < 2 or a.heads < 1 or a.width < 1 or a.width % a.heads:
+        sys.exit('torch_char_gpt: --layers >= 1, --context >= 2, --heads >= 1 dividing --width')
 
-    T, D, H, L = 128, 128, 4, 4
+    T, D, H, L = a.context, a.width, a.heads, a.layers
     data = read_corpus(a.data)
     chars, index = build_vocab(data)
     ids = [index[b] for b in data]

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 using tessera::testing::what_contains;
@@ -45,6 +46,10 @@ TEST_CASE("train_char_gpt: the documented defaults", "[examples][options]") {
   CHECK(o.checkpoint.empty());
   CHECK(o.resume.empty());
   CHECK(o.progress);
+  CHECK(o.layers == 4);
+  CHECK(o.context == 128);
+  CHECK(o.width == 128);
+  CHECK(o.heads == 4);
 }
 
 TEST_CASE("train_char_gpt: every flag parsed", "[examples][options]") {
@@ -55,7 +60,9 @@ TEST_CASE("train_char_gpt: every flag parsed", "[examples][options]") {
                         "--seed",       "7",      "--eval-every",  "50",
                         "--sample-len", "0",      "--temperature", "1.5",
                         "--data",       "/tmp/x", "--checkpoint",  "c.tsr",
-                        "--resume",     "r.tsr",  "--no-progress", "--kokkos-threads=1"});
+                        "--resume",     "r.tsr",  "--no-progress", "--kokkos-threads=1",
+                        "--layers",     "2",      "--context",     "32",
+                        "--width",      "64",     "--heads",       "2"});
   CHECK(o.precision == "bf16");
   CHECK(o.threads == 2);
   CHECK(o.steps == 300);
@@ -72,6 +79,10 @@ TEST_CASE("train_char_gpt: every flag parsed", "[examples][options]") {
   CHECK(o.checkpoint == "c.tsr");
   CHECK(o.resume == "r.tsr");
   CHECK_FALSE(o.progress);
+  CHECK(o.layers == 2);
+  CHECK(o.context == 32);
+  CHECK(o.width == 64);
+  CHECK(o.heads == 2);
   CHECK(parse({"--precision", "fp8"}).precision == "fp8");
 }
 
@@ -91,6 +102,10 @@ TEST_CASE("train_char_gpt: bad values refused naming the flag", "[examples][opti
   refused("--seed", "-1");
   refused("--data", "");
   refused("--checkpoint", "");
+  for (const char* v : {"0", "65", "-1", "2.5"}) refused("--layers", v);
+  for (const char* v : {"0", "1", "129", "x"}) refused("--context", v);
+  refused("--width", "0");
+  refused("--heads", "0");
   REQUIRE_THROWS_MATCHES(parse({"--steps"}), chargpt::usage_error,
                          what_contains({"missing value after --steps"}));
   REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2"}), chargpt::usage_error,
@@ -107,4 +122,38 @@ TEST_CASE("train_char_gpt: cross-flag rules", "[examples][options]") {
                          what_contains({"--stop-at 21", "--steps 20"}));
   REQUIRE_THROWS_MATCHES(parse({"--batch", "16", "--accum", "3"}), chargpt::usage_error,
                          what_contains({"--accum 3", "--batch 16"}));
+}
+
+TEST_CASE("train_char_gpt: model sizes", "[examples][options]") {
+  // every compiled pair, given whole or by one of its two numbers
+  for (const auto& m : chargpt::model_sizes) {
+    const auto w = std::to_string(m.width), h = std::to_string(m.heads);
+    const auto both = parse({"--width", w.c_str(), "--heads", h.c_str()});
+    CHECK((both.width == m.width && both.heads == m.heads));
+    const auto by_width = parse({"--width", w.c_str()});
+    CHECK((by_width.width == m.width && by_width.heads == m.heads));
+    const auto by_heads = parse({"--heads", h.c_str()});
+    CHECK((by_heads.width == m.width && by_heads.heads == m.heads));
+  }
+  CHECK(chargpt::model_sizes_text() == "64/2, 128/4");
+  CHECK(chargpt::model_tag(parse({})) == "fp32, layers 4, width 128, heads 4, context 128");
+  CHECK(chargpt::model_tag(
+            parse({"--precision", "bf16", "--layers", "2", "--width", "64", "--context", "16"})) ==
+        "bf16, layers 2, width 64, heads 2, context 16");
+  CHECK(parse({"--context", "128"}).context == chargpt::max_context);
+  CHECK(parse({"--layers", "64"}).layers == 64);
+  // anything else is refused with the list of the compiled pairs
+  for (const auto& args :
+       std::vector<std::vector<const char*>>{{"--width", "96"},
+                                             {"--width", "256"},
+                                             {"--heads", "8"},
+                                             {"--width", "64", "--heads", "4"},
+                                             {"--width", "128", "--heads", "2"}}) {
+    std::vector<const char*> argv{"train_char_gpt"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    REQUIRE_THROWS_MATCHES(chargpt::parse_options(static_cast<int>(argv.size()), argv.data()),
+                           chargpt::usage_error,
+                           what_contains({"not a compiled model size",
+                                          "the supported width/heads pairs are 64/2, 128/4"}));
+  }
 }

@@ -27,66 +27,118 @@
 #include <boost/hana/length.hpp>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace tessera::train {
 
 namespace detail {
+/// A rank-1 View read as v[k], converted to T (an address stored as an integer to a pointer).
+template <class View, class T>
+struct indexed_view {
+  View v;
+  KOKKOS_INLINE_FUNCTION T operator[](std::size_t k) const {
+    if constexpr (std::is_pointer_v<T>)
+      return reinterpret_cast<T>(v(k));
+    else
+      return static_cast<T>(v(k));
+  }
+};
+
+/// The kernel of unscale_and_check over chunks [0, chunks): ptr, size and first_chunk are
+/// indexable on Exec (Kokkos::Array for a compile-time parameter count, Views otherwise).
+template <class Exec, class Ptr, class Size, class First>
+bool unscale_chunks(const Exec& exec, const Ptr& ptr, const Size& size, const First& first_chunk,
+                    index_t chunks, index_t chunk, float inv_scale) {
+  const float s = inv_scale;
+  const bool only_check = inv_scale == 1.f;
+  int bad = 0;
+  Kokkos::parallel_reduce(
+      "tessera::train::unscale_and_check", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
+      KOKKOS_LAMBDA(const index_t c, int& b) {
+        std::size_t k = 0;
+        while (c >= first_chunk[k + 1]) ++k;
+        float* g = ptr[k];
+        const index_t begin = (c - first_chunk[k]) * chunk;
+        const index_t end = begin + chunk < size[k] ? begin + chunk : size[k];
+        // Non-finite <=> all exponent bits set (inf or NaN), tested on the bits so that
+        // fast-math flags cannot fold the test away.
+        std::uint32_t any = 0;
+        if (only_check) {
+          for (index_t i = begin; i < end; ++i)
+            any |=
+                ((::tessera::detail::bit_cast<std::uint32_t>(g[i]) & 0x7f800000u) == 0x7f800000u);
+        } else {
+          for (index_t i = begin; i < end; ++i) {
+            const float v = g[i] * s;
+            g[i] = v;
+            any |= ((::tessera::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u);
+          }
+        }
+        b |= static_cast<int>(any);
+      },
+      Kokkos::BOr<int>(bad));
+  return bad == 0;
+}
+
 /// grads *= inv_scale in place for every parameter (only checked when inv_scale is 1) and
 /// whether every result is finite: one kernel and one reduction over all the parameters. The
 /// work is cut into chunks that never straddle two parameters, so each work item runs a plain
-/// (vectorisable) loop over one contiguous range.
+/// (vectorisable) loop over one contiguous range. A parameter sequence of run-time length (a
+/// range of block tuples, optimizer_state.hpp) passes its pointers through small Views.
 template <class Exec, class Params>
 bool unscale_and_check(const Exec& exec, const Params& params, float inv_scale) {
-  constexpr std::size_t n = decltype(boost::hana::length(params))::value;
-  if constexpr (n == 0) {
-    return true;
+  // 2048 floats (8 KiB) per work item: long enough to vectorise and amortise finding the
+  // parameter, short enough to spread a 100k-element tensor over many threads.
+  constexpr index_t chunk = 2048;
+  const auto check_space = [](const auto& p) {
+    static_assert(Kokkos::SpaceAccessibility<
+                      Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
+                  "tessera::train::unscale_and_check: the execution space cannot access the "
+                  "parameters' memory space.");
+  };
+  if constexpr (static_parameter_count<Params>::known) {
+    constexpr std::size_t n = static_parameter_count<Params>::value;
+    if constexpr (n == 0) {
+      return true;
+    } else {
+      Kokkos::Array<float*, n> ptr{};
+      Kokkos::Array<index_t, n> size{};
+      Kokkos::Array<index_t, n + 1> first_chunk{};
+      for_each_parameter(params, [&](const auto& p, std::size_t k) {
+        check_space(p);
+        ptr[k] = p.grad.data();
+        size[k] = p.size();
+        first_chunk[k + 1] = first_chunk[k] + (size[k] + chunk - 1) / chunk;
+      });
+      return unscale_chunks(exec, ptr, size, first_chunk, first_chunk[n], chunk, inv_scale);
+    }
   } else {
-    // 2048 floats (8 KiB) per work item: long enough to vectorise and amortise finding the
-    // parameter, short enough to spread a 100k-element tensor over many threads.
-    constexpr index_t chunk = 2048;
-    Kokkos::Array<float*, n> ptr{};
-    Kokkos::Array<index_t, n> size{};
-    Kokkos::Array<index_t, n + 1> first_chunk{};
+    const std::size_t n = count_parameters(params);
+    if (n == 0) return true;
+    using mem = typename Exec::memory_space;
+    Kokkos::View<std::uintptr_t*, mem> ptr("tessera::train::unscale_and_check.ptr", n);
+    Kokkos::View<index_t*, mem> size("tessera::train::unscale_and_check.size", n);
+    Kokkos::View<index_t*, mem> first("tessera::train::unscale_and_check.first", n + 1);
+    const auto hptr = Kokkos::create_mirror_view(ptr);
+    const auto hsize = Kokkos::create_mirror_view(size);
+    const auto hfirst = Kokkos::create_mirror_view(first);
+    hfirst(0) = 0;
     for_each_parameter(params, [&](const auto& p, std::size_t k) {
-      static_assert(Kokkos::SpaceAccessibility<
-                        Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
-                    "tessera::train::unscale_and_check: the execution space cannot access the "
-                    "parameters' memory space.");
-      ptr[k] = p.grad.data();
-      size[k] = p.size();
-      first_chunk[k + 1] = first_chunk[k] + (size[k] + chunk - 1) / chunk;
+      check_space(p);
+      hptr(k) = reinterpret_cast<std::uintptr_t>(p.grad.data());
+      hsize(k) = p.size();
+      hfirst(k + 1) = hfirst(k) + (hsize(k) + chunk - 1) / chunk;
     });
-    const float s = inv_scale;
-    const bool only_check = inv_scale == 1.f;
-    int bad = 0;
-    Kokkos::parallel_reduce(
-        "tessera::train::unscale_and_check", Kokkos::RangePolicy<Exec>(exec, 0, first_chunk[n]),
-        KOKKOS_LAMBDA(const index_t c, int& b) {
-          std::size_t k = 0;
-          while (c >= first_chunk[k + 1]) ++k;
-          float* g = ptr[k];
-          const index_t begin = (c - first_chunk[k]) * chunk;
-          const index_t end = begin + chunk < size[k] ? begin + chunk : size[k];
-          // Non-finite <=> all exponent bits set (inf or NaN), tested on the bits so that
-          // fast-math flags cannot fold the test away.
-          std::uint32_t any = 0;
-          if (only_check) {
-            for (index_t i = begin; i < end; ++i)
-              any |=
-                  ((::tessera::detail::bit_cast<std::uint32_t>(g[i]) & 0x7f800000u) == 0x7f800000u);
-          } else {
-            for (index_t i = begin; i < end; ++i) {
-              const float v = g[i] * s;
-              g[i] = v;
-              any |= ((::tessera::detail::bit_cast<std::uint32_t>(v) & 0x7f800000u) == 0x7f800000u);
-            }
-          }
-          b |= static_cast<int>(any);
-        },
-        Kokkos::BOr<int>(bad));
-    return bad == 0;
+    Kokkos::deep_copy(ptr, hptr);
+    Kokkos::deep_copy(size, hsize);
+    Kokkos::deep_copy(first, hfirst);
+    const indexed_view<decltype(ptr), float*> as_ptr{ptr};
+    const indexed_view<decltype(size), index_t> as_size{size};
+    const indexed_view<decltype(first), index_t> as_first{first};
+    return unscale_chunks(exec, as_ptr, as_size, as_first, hfirst(n), chunk, inv_scale);
   }
 }
 

@@ -2,35 +2,65 @@
 /// \file train/detail/optimizer_state.hpp
 /// The state every optimizer keeps: a step counter and, per parameter, a fixed number of fp32
 /// buffers ("slots": SGD's momentum buffer, AdamW's first and second moments) of the
-/// parameter's size. Private: reached through an optimizer's `state` member.
+/// parameter's size. Private: reached through an optimizer's `state` member. Also the walk over
+/// a parameter sequence every optimizer, scaler and checkpoint uses, public as
+/// train::for_each_parameter and train::count_parameters (end of the file).
 
 #include <tessera/config/error.hpp>
 #include <tessera/train/parameter.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <boost/hana/concept/foldable.hpp>
 #include <boost/hana/for_each.hpp>
+#include <boost/hana/tuple.hpp>
 
 #include <array>
 #include <cstdint>
+#include <ranges>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace tessera::train::detail {
 
-/// Calls f(p, k) for the k-th parameter of a Hana sequence of nn::parameter handles, checking
-/// at compile time that every element is one.
+/// Calls f(p, k) for the k-th parameter of a parameter sequence, checking at compile time that
+/// every element is one. A parameter sequence is a Hana sequence whose elements are parameters or
+/// parameter sequences, or a range (e.g. std::vector) of parameter sequences: a model with a
+/// run-time number of identical blocks returns its blocks' parameter tuples in a std::vector.
+/// The parameters are numbered in that nesting order, depth first.
+template <class Params, class F>
+void for_each_parameter(const Params& params, F&& f, std::size_t& k) {
+  if constexpr (nn::Parameter<Params>) {
+    f(params, k);
+    ++k;
+  } else if constexpr (std::ranges::range<Params>) {
+    for (const auto& e : params) for_each_parameter(e, f, k);
+  } else {
+    static_assert(boost::hana::Foldable<Params>::value,
+                  "tessera::train: every element of the parameter sequence must be a "
+                  "tessera::nn::parameter (what a model's parameters() returns), a Hana sequence "
+                  "of them or a range of such sequences.");
+    boost::hana::for_each(params, [&](const auto& p) { for_each_parameter(p, f, k); });
+  }
+}
 template <class Params, class F>
 void for_each_parameter(const Params& params, F&& f) {
   std::size_t k = 0;
-  boost::hana::for_each(params, [&](const auto& p) {
-    static_assert(nn::Parameter<decltype(p)>,
-                  "tessera::train: every element of the parameter sequence must be a "
-                  "tessera::nn::parameter (what a model's parameters() returns).");
-    f(p, k);
-    ++k;
-  });
+  for_each_parameter(params, f, k);
 }
+
+/// The number of parameters when it is known at compile time (a Hana sequence of parameters
+/// only), else 0 with `known` false.
+template <class Params>
+struct static_parameter_count {
+  static constexpr bool known = false;
+  static constexpr std::size_t value = 0;
+};
+template <class... P>
+requires(nn::Parameter<P>&&...) struct static_parameter_count<boost::hana::tuple<P...>> {
+  static constexpr bool known = true;
+  static constexpr std::size_t value = sizeof...(P);
+};
 
 template <class Params>
 std::size_t count_parameters(const Params& params) {
@@ -136,3 +166,9 @@ constexpr void require_accessible() {
 }
 
 } // namespace tessera::train::detail
+
+namespace tessera::train {
+/// Public: walks a parameter sequence (a Hana sequence or a range of them) as optimizers do.
+using detail::count_parameters;
+using detail::for_each_parameter;
+} // namespace tessera::train
