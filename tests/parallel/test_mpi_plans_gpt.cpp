@@ -5,16 +5,21 @@
 //
 // Under a plan the model is one nn::Sequential whose first layer is nn::TokenEmbedding (the
 // Embedding as a layer on ids (B, T)): stage 0 of a pipeline reads the token ids, every later
-// stage a (B, T, D) activation; the last stage's loss reads targets (B, T). The tensor split
-// replicates every layer but the lone lm_head's (nothing here declares a column/row pair), so
-// under tensor=2 both ranks of a tensor group compute the whole model.
+// stage a (B, T, D) activation; the last stage's loss reads targets (B, T). Under tensor=2
+// each block is split inside (parallel::TensorParallelResidual): the attention by heads (each
+// rank 1 of the 2 heads: its q, k, v columns of the QKV projection, its columns of the output
+// projection, one all-reduce forward and one backward), the MLP Linear, GELU, Linear column- then
+// row-parallel, the LayerNorms replicated; the embeddings, LN_f and the lone lm_head replicated.
 //
-// Bounds: plans whose arithmetic is the single process's (no data split, one micro-batch: data
-// = 1, pipeline = 1, tensor = 1 or 2) must give bit-identical weights. The others sum the
-// gradient in another order (over 2 micro-batches under a pipeline, over the data ranks times
-// 1/D), a few fp32 ulps per gradient; 3 SGD steps (lr 0.05, momentum 0.9) keep the weight
-// differences ~1e-7, and the bound is fp32_tolerance = 1e-5 (plan_check.hpp), far below what a
-// real mistake does (a missed 1/D or 1/M, a stage fed the wrong rows: >= 1e-3).
+// Bounds: the plan without splits (1 rank) must give bit-identical weights: the same layers
+// and kernels as the reference, composed as one Sequential instead of Embedding + Sequential.
+// The others sum in another order (over 2 micro-batches under a pipeline, over the data ranks
+// times 1/D, over the tensor ranks for the row-parallel partial products and the column-
+// parallel input gradients, and the head-split attention's core row by row instead of the
+// whole layer's tiles), a few fp32 ulps per gradient; 3 SGD steps (lr 0.05, momentum 0.9) keep
+// the weight differences ~1e-7, and the bound is fp32_tolerance = 1e-5 (plan_check.hpp), far
+// below what a real mistake does (a missed 1/D or 1/M, a head's columns sliced from the wrong
+// place, a partial sum not reduced: >= 1e-3).
 #include "plan_check.hpp"
 
 #include <tessera/nn/embedding.hpp>
@@ -47,6 +52,18 @@ using Body = nn::Sequential<nn::PositionEmbedding<T, D>, attn_block, mlp_block, 
 // The balanced 2-stage cut falls between blocks (after layer 3 or 4 of 8).
 constexpr auto gpt_bounds = tp::stage_bounds<GPT, 2>::value;
 static_assert(gpt_bounds[1] >= 3 && gpt_bounds[1] <= 5);
+
+// The tensor split of the blocks: attention by heads, the MLP column then row, LN replicated.
+using Split = tp::tensor_split_t<GPT, 2>;
+using split_attn = std::remove_cvref_t<decltype(std::declval<Split&>().template layer<2>())>;
+using split_mlp = std::remove_cvref_t<decltype(std::declval<Split&>().template layer<3>())>;
+static_assert(
+    std::is_same_v<split_attn, tp::TensorParallelResidual<2, nn::LayerNorm<D>,
+                                                          tp::HeadParallelAttention<D, H, 2, P>>>);
+static_assert(
+    std::is_same_v<split_mlp, tp::TensorParallelResidual<
+                                  2, nn::LayerNorm<D>, tp::ColumnParallelLinear<D, 4 * D, 2, P>,
+                                  nn::GELU, tp::RowParallelLinear<4 * D, D, 2, P>>>);
 
 using ids_view = Kokkos::View<std::int32_t**>;
 
@@ -157,7 +174,7 @@ bool check_gpt_plan(const run_options& o,
                      << " micro-batches): max |w - w_ref| = " << worst);
   INFO("char GPT " << Plan::name());
   CHECK(diff >= 0); // names and sizes match the reference's
-  if constexpr (Plan::data_size == 1 && Plan::pipeline_size == 1)
+  if constexpr (Plan::data_size == 1 && Plan::tensor_size == 1 && Plan::pipeline_size == 1)
     CHECK(diff == 0.f); // the same arithmetic as the single process
   else
     CHECK(diff <= fp32_tolerance);
