@@ -30,6 +30,8 @@ struct options {
   std::string data = "/usr/share/games/fortunes";
   std::string checkpoint, resume;
   bool progress = true;
+  std::string plan;                                      // "": one process, no MPI
+  int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
 };
 
 /// The usage line (without a trailing newline).
@@ -40,7 +42,9 @@ inline const char* usage_text() {
          "[--accum N (micro-batches per step, divides --batch)] [--lr X (finite, > 0)] "
          "[--seed N] [--eval-every N (1..10000000)] [--sample-len N (0..100000)] "
          "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE] "
-         "[--resume FILE] [--no-progress]";
+         "[--resume FILE] [--no-progress] "
+         "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; fp32; under "
+         "mpiexec -n D*T*P)]";
 }
 
 /// Parses argv[1..argc); flags starting "--kokkos" are Kokkos' own and are skipped.
@@ -95,6 +99,8 @@ inline options parse_options(int argc, const char* const* argv) {
       o.resume = nonempty(next());
     } else if (a == "--no-progress") {
       o.progress = false;
+    } else if (a == "--plan") {
+      o.plan = nonempty(next());
     } else if (a.rfind("--kokkos", 0) == 0) {
       continue; // Kokkos' own flags
     } else {
@@ -112,6 +118,19 @@ inline options parse_options(int argc, const char* const* argv) {
   if (o.batch % o.accum != 0)
     throw usage_error("--accum " + std::to_string(o.accum) + ": must divide --batch " +
                       std::to_string(o.batch));
+  if (!o.plan.empty()) { // train_fashion_mnist's syntax and rules (fashion::detail::parse_plan)
+    if (o.precision != "fp32")
+      throw usage_error("--plan trains in fp32 (the example instantiates its plans for fp32 only)");
+    if (o.accum != 1 || !o.checkpoint.empty() || !o.resume.empty() || o.stop_at != 0)
+      throw usage_error("--plan takes none of --accum, --checkpoint, --resume, --stop-at (the "
+                        "plan run splits the batch into micro-batches itself and saves nothing)");
+    fashion::options f;
+    f.plan = o.plan;
+    fashion::detail::parse_plan(f);
+    o.plan_data = f.plan_data;
+    o.plan_tensor = f.plan_tensor;
+    o.plan_pipeline = f.plan_pipeline;
+  }
   return o;
 }
 
