@@ -39,6 +39,18 @@
 // thread count. The last line before the sample is an FNV-1a hash of the master weights, so two
 // runs can be compared exactly.
 //
+// --plan data=D,tensor=T,pipeline=P (train_fashion_mnist's syntax: D 1..4096, T and P 1, 2 or
+// 4; fp32 only; built when CMake found MPI) trains under tessera::parallel::plan<data<dyn>,
+// tensor<T>, pipeline<P>> on mpiexec -n D*T*P processes: the model as one Sequential whose first
+// layer is nn::TokenEmbedding (pipeline stage 0 reads the ids), the attention split by heads and
+// the MLP column- then row-parallel across the tensor group, the blocks cut into P stages (P
+// micro-batches), each data replica on its share of every batch; the same recipe and batches,
+// initialised with the single process's weights, clipping over the whole model's gradient norm.
+// It prints the train loss (no validation loss, no sample) and, from rank 0, the whole weights'
+// "masters fnv1a" hash and one "masters signature NAME S" line per parameter (printed by the
+// single process too): bit-identical for data=1,tensor=1,pipeline=1, else within a bound
+// (tests/examples/check_char_gpt_plan.cmake).
+//
 // The sample: --sample-len characters generated after a newline, at --temperature, from a
 // generator seeded by --seed; each new character runs the blocks on that one position with the
 // attention's key/value cache (cost linear in the context). When the context is full (T
