@@ -7,7 +7,7 @@
 //   train_char_gpt --steps 2000 --resume ck.tsr       # continues bit for bit
 //   scripts/run.sh gpt [flags]                       # bootstraps, builds and runs this
 //
-// Model (examples/char_gpt_model.hpp; /work/wt/GPT_SPEC.md in the issue): by default context
+// Model (examples/char_gpt_model.hpp): by default context
 // T = 128, width D = 128, 4 heads of 32, 4 blocks, MLP hidden 4 D = 512.
 //   x = tok_emb[ids] + pos_emb[0..t)                                    (B, t, D)
 //   block: x = x + Attn(LN1(x)); x = x + MLP(LN2(x)), MLP = Linear(D, 4D) GELU Linear(4D, D)
@@ -46,6 +46,18 @@
 // or precision. The last line before the sample is an FNV-1a hash of the master weights, so two
 // runs can be compared exactly.
 //
+// --plan data=D,tensor=T,pipeline=P (train_fashion_mnist's syntax: D 1..4096, T and P 1, 2 or
+// 4; fp32 only; built when CMake found MPI) trains under tessera::parallel::plan<data<dyn>,
+// tensor<T>, pipeline<P>> on mpiexec -n D*T*P processes: the model as one Sequential whose first
+// layer is nn::TokenEmbedding (pipeline stage 0 reads the ids), the attention split by heads and
+// the MLP column- then row-parallel across the tensor group, the blocks cut into P stages (P
+// micro-batches), each data replica on its share of every batch; the same recipe and batches,
+// initialised with the single process's weights, clipping over the whole model's gradient norm.
+// It prints the train loss (no validation loss, no sample) and, from rank 0, the whole weights'
+// "masters fnv1a" hash and one "masters signature NAME S" line per parameter (printed by the
+// single process too): bit-identical for data=1,tensor=1,pipeline=1, else within a bound
+// (tests/examples/check_char_gpt_plan.cmake).
+//
 // The sample: --sample-len characters generated after a newline, at --temperature, from a
 // generator seeded by --seed; each new character runs the blocks on that one position with the
 // attention's key/value cache (cost linear in the context). When the context is full (T
@@ -57,6 +69,18 @@
 #include <tessera/data/text.hpp>
 #include <tessera/nn.hpp>
 #include <tessera/train.hpp>
+
+#include <boost/hana/concat.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/transform.hpp>
+
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+#include <tessera/parallel/mpi.hpp>
+#include <tessera/parallel/runner.hpp>
+
+#include <map>
+#include <optional>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -167,6 +191,23 @@ std::uint64_t masters_hash(const Params& params) {
       h = (h ^ bytes[i]) * 0x100000001b3ull;
   });
   return h;
+}
+
+/// Per parameter "masters signature NAME S": S = round(1e6 sum_i s_i w_i), s_i = +-1 from a
+/// hash of i (train_fashion_mnist's), so runs whose sums differ in order only (a --plan run and
+/// the single process) can be compared within a bound.
+template <class Params>
+void print_signatures(const Params& params) {
+  train::for_each_parameter(params, [&](const auto& p, std::size_t) {
+    const auto host =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, p.value.kokkos_view());
+    double sig = 0;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(p.size()); ++i) {
+      const std::uint32_t mix = static_cast<std::uint32_t>(i) * 2654435761u;
+      sig += (mix >> 31) != 0 ? double(host.data()[i]) : -double(host.data()[i]);
+    }
+    std::printf("masters signature %s %lld\n", p.name.c_str(), std::llround(sig * 1e6));
+  });
 }
 
 /// --sample-len characters after a newline (see the file comment).
@@ -322,6 +363,7 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
                 exec_space().concurrency());
   std::printf("masters fnv1a %016llx after step %ld\n",
               static_cast<unsigned long long>(masters_hash(params)), long(state.step));
+  print_signatures(params);
   if (o.sample_len > 0) {
     const std::string text = generate(model, exec, vocab, o);
     std::printf("sample (temperature %g, seed %llu):\n%s\n", double(o.temperature),
@@ -330,6 +372,176 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
   std::fflush(stdout);
   return 0;
 }
+
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+/// The GPT as the plans take it: one Sequential whose layer 0 is the token embedding (ids (B, T)
+/// in), so pipeline stage 0 reads the ids; the layers after it are char_gpt's body.
+/// The plans are compiled for the default size only (4 blocks of width 128, 4 heads, context
+/// 128; the parser refuses --plan with other sizes).
+constexpr index_t plan_D = 128, plan_H = 4, plan_T = 128;
+constexpr std::size_t plan_layers = 4;
+using plan_attn = chargpt::attn_block<plan_D, plan_H, tessera::fp32>;
+using plan_mlp = chargpt::mlp_block<plan_D, tessera::fp32>;
+template <index_t V>
+using plan_gpt =
+    nn::Sequential<nn::TokenEmbedding<V, plan_D, plan_T>, nn::PositionEmbedding<plan_T, plan_D>,
+                   plan_attn, plan_mlp, plan_attn, plan_mlp, plan_attn, plan_mlp, plan_attn,
+                   plan_mlp, nn::LayerNorm<plan_D>, nn::Linear<plan_D, V, tessera::fp32>>;
+
+/// char_gpt's parameter name as plan_gpt's: "tok.weight" -> "0.weight", "k.x" -> "k+1.x".
+inline std::string plan_name(const std::string& name) {
+  if (name.rfind("tok.", 0) == 0) return "0." + name.substr(4);
+  const auto dot = name.find('.');
+  return std::to_string(std::stoul(name.substr(0, dot)) + 1) + name.substr(dot);
+}
+
+/// Training under plan<data<dyn>, tensor<Tn>, pipeline<Pn>> (fp32, vocabulary bound 128): the
+/// single-process recipe (AdamW, warm-up and cosine, clipping to global norm 1.0) on the same
+/// batches, each data replica on its share of a batch in Pn micro-batches, initialised with
+/// char_gpt's initial weights. Prints the train loss every --eval-every steps (no validation
+/// loss, no sample) and, from rank 0, the whole weights' hash and signatures, which equal the
+/// single process's (bit for bit on one rank, else up to the order of the fp32 sums).
+template <int Tn, int Pn>
+int run_plan(const chargpt::options& o, const data::char_vocab& vocab,
+             const data::text_split& split) {
+  namespace tp = tessera::parallel;
+  constexpr index_t V = 128;
+  constexpr int micro_batches = Pn;
+  using Plan = tp::plan<tp::data<tessera::dyn>, tp::tensor<Tn>, tp::pipeline<Pn>>;
+  using Model = plan_gpt<V>;
+  using exec_space = Kokkos::DefaultExecutionSpace;
+  const exec_space exec;
+  const int Dn = o.plan_data;
+  auto world = tp::mpi_communicator::world();
+  if (world.size() != Dn * Tn * Pn) { // every rank sees the same sizes: all print, then stop
+    std::fprintf(stderr,
+                 "train_char_gpt: rank %d of %d: --plan %s needs data x tensor x pipeline = %d "
+                 "processes but the world has %d (launch it with mpiexec -n %d)\n",
+                 world.rank(), world.size(), o.plan.c_str(), Dn * Tn * Pn, world.size(),
+                 Dn * Tn * Pn);
+    std::fflush(stderr);
+    world.barrier();
+    world.abort(1);
+  }
+  if (vocab.size() > V)
+    throw tessera::value_error("train_char_gpt --plan: the corpus has " +
+                               std::to_string(vocab.size()) +
+                               " distinct bytes; the plans are built for at most 128");
+  if (o.batch % (std::int64_t(Dn) * micro_batches) != 0)
+    throw tessera::value_error("train_char_gpt --plan " + o.plan + ": --batch " +
+                               std::to_string(o.batch) + " must be a multiple of data x " +
+                               "micro-batches = " + std::to_string(Dn * micro_batches));
+  auto mesh = tp::make_mesh_or_abort<Plan>(world);
+  const bool root = mesh.world.rank() == 0;
+  if (root)
+    std::fprintf(stderr, "[train] fp32, %s on %d processes, batch %ld x %ld, %d micro-batch(es)\n",
+                 mesh.shape.name().c_str(), mesh.shape.world(), long(o.batch), long(plan_T),
+                 micro_batches);
+  chargpt::char_gpt<tessera::fp32, V, plan_D, plan_H, plan_T> whole(
+      o.seed, plan_layers, plan_T); // initial weights, then the gathered result
+  std::map<std::string, std::vector<float>> init;
+  train::for_each_parameter(whole.parameters(), [&](const auto& p, std::size_t) {
+    init[plan_name(p.name)].assign(p.value.data(), p.value.data() + p.size());
+  });
+  tp::with_plan_stage<Plan, Model, tp::one_f_one_b, micro_batches>(
+      mesh, o.seed, std::size_t(1) << 20, [&](auto& stage) {
+        using stage_type = std::remove_cvref_t<decltype(stage)>;
+        stage.scatter_parameters(init);
+        const auto params = stage.parameters();
+        nn::SoftmaxCrossEntropy loss;
+        train::adamw opt{.lr = 0.f,
+                         .beta1 = 0.9f,
+                         .beta2 = 0.95f,
+                         .eps = 1e-8f,
+                         .weight_decay = 0.1f,
+                         .decay_on = train::decay_rule::matrices};
+        train::static_scaler scaler{};
+        train::lr_scheduler sched{.schedule = {.lr = o.lr,
+                                               .min_lr = o.lr / 10.0,
+                                               .warmup_steps = o.warmup,
+                                               .total_steps = o.steps}};
+        sched.schedule.validate();
+        const data::context_sampler sampler(static_cast<std::int64_t>(split.train.size()), plan_T,
+                                            o.seed);
+        const std::int64_t share = o.batch / Dn;
+        batch_views buf;
+        double loss_sum = 0;
+        std::int64_t since = 0;
+        for (std::int64_t step = 0; step < o.steps;) {
+          const auto rows = sampler.batch(split.train, static_cast<std::uint64_t>(step), o.batch);
+          buf.fill(rows.data() + mesh.at.data * share * (plan_T + 1), share, plan_T);
+          loss_sum += double(stage.forward_backward(exec, buf.x, buf.y, loss));
+          opt.set_lr(sched.next());
+          if constexpr (Tn == 1 && Pn == 1) {
+            // Whole gradients on every rank: the single process's step exactly.
+            train::clipped_step(exec, opt, scaler, params, clip_norm);
+          } else {
+            // The global norm over the whole model: this stage's whole gradients (gathered
+            // over the tensor group), squares summed in double, then over the stages.
+            const auto grads = tp::gather_gradients(stage.stage(), stage.tensor());
+            double sq = 0;
+            for (const auto& [name, g] : grads)
+              for (float v : g) sq += double(v) * double(v);
+            float sq32 = float(sq);
+            if constexpr (stage_type::stages > 1) mesh.pipeline.all_reduce_sum(&sq32, 1);
+            const double norm = std::sqrt(double(sq32));
+            if (std::isfinite(norm)) {
+              const double coef = clip_norm / (norm + 1e-6);
+              if (coef < 1.0) train::scale_grads(exec, params, static_cast<float>(coef));
+              opt.step(exec, params);
+            }
+          }
+          ++step;
+          ++since;
+          if (root && (step % o.eval_every == 0 || step == o.steps)) {
+            std::printf("step %ld train loss %.4f\n", long(step), loss_sum / double(since));
+            std::fflush(stdout);
+            loss_sum = 0;
+            since = 0;
+          }
+        }
+        // The whole weights, in char_gpt's order: each stage's gathered over its tensor group,
+        // then broadcast from the stage that holds it over the pipeline group.
+        using bounds = typename stage_type::bounds;
+        const auto mine = stage.gather_parameters();
+        train::for_each_parameter(whole.parameters(), [&](const auto& p, std::size_t) {
+          const std::string name = plan_name(p.name);
+          const std::size_t layer = std::stoul(name.substr(0, name.find('.')));
+          int owner = 0;
+          while (layer >= bounds::value[std::size_t(owner) + 1]) ++owner;
+          const auto it = mine.find(name);
+          if (it != mine.end()) std::copy(it->second.begin(), it->second.end(), p.value.data());
+          if constexpr (stage_type::stages > 1)
+            mesh.pipeline.broadcast(p.value.data(), std::int64_t(p.size()), owner);
+        });
+      });
+  if (root) {
+    std::printf("masters fnv1a %016llx after step %ld\n",
+                static_cast<unsigned long long>(masters_hash(whole.parameters())), long(o.steps));
+    print_signatures(whole.parameters());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+/// f(std::integral_constant<int, v>) for v one of fashion::detail::plan_degrees (1, 2, 4).
+template <class F>
+int with_degree(int v, F&& f) {
+  static_assert(std::size(fashion::detail::plan_degrees) == 3);
+  if (v == 4) return f(std::integral_constant<int, 4>{});
+  if (v == 2) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+int run_any_plan(const chargpt::options& o, const data::char_vocab& vocab,
+                 const data::text_split& split) {
+  return with_degree(o.plan_tensor, [&](auto t) {
+    return with_degree(o.plan_pipeline, [&](auto p) {
+      return run_plan<decltype(t)::value, decltype(p)::value>(o, vocab, split);
+    });
+  });
+}
+#endif
 
 [[noreturn]] void usage(const std::string& msg) {
   std::fprintf(stderr, "train_char_gpt: %s\n%s\n", msg.c_str(), chargpt::usage_text());
@@ -360,12 +572,27 @@ int main(int argc, char* argv[]) {
   } catch (const chargpt::usage_error& e) {
     usage(e.what());
   }
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+  // MPI only for --plan: the default run stays a plain process.
+  std::optional<tessera::parallel::mpi_environment> mpi;
+  if (!o.plan.empty()) mpi.emplace(argc, argv);
+#else
+  if (!o.plan.empty())
+    usage("--plan needs MPI, and this train_char_gpt was built without it (CMake did not find "
+          "MPI)");
+#endif
   examples::kokkos_args kargs(argv[0], o.threads); // --threads as Kokkos' flag
   Kokkos::ScopeGuard kokkos(kargs.argc, kargs.argv());
   try {
     const auto corpus = data::read_text_directory(o.data);
     const data::char_vocab vocab(corpus.bytes);
     const auto split = data::split_text(vocab.encode(corpus.bytes), o.context);
+#if defined(TESSERA_EXAMPLE_WITH_MPI)
+    // An error on one rank ends the whole job with that rank's message (MPI_Abort).
+    if (!o.plan.empty())
+      return tessera::parallel::abort_on_error("train_char_gpt",
+                                               [&] { return run_any_plan(o, vocab, split); });
+#endif
     if (o.precision == "fp32") return run_precision<tessera::fp32>(o, vocab, split);
     if (o.precision == "bf16") return run_precision<tessera::bf16>(o, vocab, split);
     return run_precision<nn::fp8<>>(o, vocab, split);

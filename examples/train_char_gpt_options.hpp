@@ -50,6 +50,8 @@ struct options {
   std::int64_t context = 128; // characters per context (1..max_context)
   std::int64_t width = 128;   // model width, one of model_sizes with heads
   std::int64_t heads = 4;     // attention heads
+  std::string plan;           // "": one process, no MPI
+  int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
 };
 
 /// The usage line (without a trailing newline).
@@ -61,7 +63,9 @@ inline const char* usage_text() {
          "[--seed N] [--eval-every N (1..10000000)] [--sample-len N (0..100000)] "
          "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE] "
          "[--resume FILE] [--no-progress] [--layers N (1..64)] [--context N (2..128)] "
-         "[--width D --heads H (D/H: 64/2 or 128/4)]";
+         "[--width D --heads H (D/H: 64/2 or 128/4)] "
+         "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; fp32 and the "
+         "default model size; under mpiexec -n D*T*P)]";
 }
 
 /// Parses argv[1..argc); flags starting "--kokkos" are Kokkos' own and are skipped.
@@ -126,6 +130,8 @@ inline options parse_options(int argc, const char* const* argv) {
       seen_heads = true;
     } else if (a == "--no-progress") {
       o.progress = false;
+    } else if (a == "--plan") {
+      o.plan = nonempty(next());
     } else if (a.rfind("--kokkos", 0) == 0) {
       continue; // Kokkos' own flags
     } else {
@@ -156,6 +162,22 @@ inline options parse_options(int argc, const char* const* argv) {
   if (o.batch % o.accum != 0)
     throw usage_error("--accum " + std::to_string(o.accum) + ": must divide --batch " +
                       std::to_string(o.batch));
+  if (!o.plan.empty()) { // train_fashion_mnist's syntax and rules (fashion::detail::parse_plan)
+    if (o.precision != "fp32")
+      throw usage_error("--plan trains in fp32 (the example instantiates its plans for fp32 only)");
+    if (o.accum != 1 || !o.checkpoint.empty() || !o.resume.empty() || o.stop_at != 0)
+      throw usage_error("--plan takes none of --accum, --checkpoint, --resume, --stop-at (the "
+                        "plan run splits the batch into micro-batches itself and saves nothing)");
+    if (o.layers != 4 || o.context != max_context || o.width != 128 || o.heads != 4)
+      throw usage_error("--plan trains the default model size (4 layers, width 128, heads 4, "
+                        "context 128; the example instantiates its plans for that size only)");
+    fashion::options f;
+    f.plan = o.plan;
+    fashion::detail::parse_plan(f);
+    o.plan_data = f.plan_data;
+    o.plan_tensor = f.plan_tensor;
+    o.plan_pipeline = f.plan_pipeline;
+  }
   return o;
 }
 

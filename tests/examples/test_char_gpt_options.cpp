@@ -1,7 +1,8 @@
 // The command line of examples/train_char_gpt.cpp (chargpt::parse_options): defaults, every flag
 // with a good value parsed to that value, bad values refused with a usage_error naming the flag,
 // and the cross-flag rules (--warmup <= --steps, --accum divides --batch, the default warm-up
-// capped at a tenth of a short run).
+// capped at a tenth of a short run), and --plan (train_fashion_mnist's syntax, fp32 only, none of
+// --accum, --checkpoint, --resume, --stop-at).
 #include "support/messages.hpp"
 #include "train_char_gpt_options.hpp"
 
@@ -108,8 +109,9 @@ TEST_CASE("train_char_gpt: bad values refused naming the flag", "[examples][opti
   refused("--heads", "0");
   REQUIRE_THROWS_MATCHES(parse({"--steps"}), chargpt::usage_error,
                          what_contains({"missing value after --steps"}));
-  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2"}), chargpt::usage_error,
-                         what_contains({"unknown argument '--plan'"}));
+  refused("--plan", "");
+  REQUIRE_THROWS_MATCHES(parse({"--plans", "data=2"}), chargpt::usage_error,
+                         what_contains({"unknown argument '--plans'"}));
 }
 
 TEST_CASE("train_char_gpt: cross-flag rules", "[examples][options]") {
@@ -156,4 +158,37 @@ TEST_CASE("train_char_gpt: model sizes", "[examples][options]") {
                            what_contains({"not a compiled model size",
                                           "the supported width/heads pairs are 64/2, 128/4"}));
   }
+}
+
+TEST_CASE("train_char_gpt: --plan, with train_fashion_mnist's syntax and rules",
+          "[examples][options]") {
+  const auto none = parse({});
+  CHECK(none.plan.empty());
+  CHECK((none.plan_data == 1 && none.plan_tensor == 1 && none.plan_pipeline == 1));
+  const auto o = parse({"--plan", "pipeline=4,data=3,tensor=2"});
+  CHECK(o.plan == "pipeline=4,data=3,tensor=2");
+  CHECK((o.plan_data == 3 && o.plan_tensor == 2 && o.plan_pipeline == 4));
+  const auto t = parse({"--plan", "tensor=4"});
+  CHECK((t.plan_data == 1 && t.plan_tensor == 4 && t.plan_pipeline == 1));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "tensor=3"}), chargpt::usage_error,
+                         what_contains({"--plan tensor=3", "1, 2 or 4"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2,data=2"}), chargpt::usage_error,
+                         what_contains({"data is given twice"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=02"}), chargpt::usage_error,
+                         what_contains({"leading zeros"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "width=2"}), chargpt::usage_error,
+                         what_contains({"'width=2' is not one of"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--precision", "bf16"}), chargpt::usage_error,
+                         what_contains({"--plan trains in fp32"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--accum", "2"}), chargpt::usage_error,
+                         what_contains({"--plan takes none of"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--checkpoint", "f"}), chargpt::usage_error,
+                         what_contains({"--plan takes none of"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", ""}), chargpt::usage_error, what_contains({"--plan"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--layers", "2"}), chargpt::usage_error,
+                         what_contains({"--plan trains the default model size"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--width", "64"}), chargpt::usage_error,
+                         what_contains({"--plan trains the default model size"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--context", "64"}), chargpt::usage_error,
+                         what_contains({"--plan trains the default model size"}));
 }

@@ -157,3 +157,41 @@ TEST_CASE("nn::PositionEmbedding: x + P(0..t), gradients, t above the table", "[
   const auto y = model.forward(exec_space(), Tensor<fp32, extents<dyn, dyn, D>>("x", 2, 3));
   CHECK(y.extent(1) == 3);
 }
+
+// nn::TokenEmbedding<V, D, T>: Embedding<V, D> as a layer (the first layer of a Sequential
+// language model): the same table and outputs, a static (B, T, D) shape, W.grad as Embedding's,
+// and a shape_error for ids whose length is not T.
+static_assert(nn::Layer<nn::TokenEmbedding<11, 4, 3>>);
+static_assert(std::is_same_v<nn::TokenEmbedding<11, 4, 3>::input_extents, extents<dyn, 3>>);
+static_assert(std::is_same_v<nn::TokenEmbedding<11, 4, 3>::output_extents<extents<dyn, 3>>,
+                             extents<dyn, 3, 4>>);
+static_assert(nn::TokenEmbedding<11, 4, 3>::forward_flops<extents<dyn, 3>> == 12.0);
+
+TEST_CASE("nn::TokenEmbedding: Embedding's rows and gradients as a (B, T, D) layer",
+          "[nn][embedding]") {
+  Kokkos::DefaultExecutionSpace exec;
+  nn::TokenEmbedding<11, 4, 3> layer(5);
+  nn::Embedding<11, 4> plain(5);
+  const auto ids = ids_view({1, 7, 1, 10, 0, 7}, 2, 3);
+  const auto y = layer.forward(exec, ids);
+  static_assert(std::is_same_v<typename decltype(y)::extents_type, extents<dyn, 3, 4>>);
+  const auto yp = plain.forward(exec, ids);
+  REQUIRE(y.size() == yp.size());
+  for (index_t i = 0; i < y.size(); ++i) CHECK(y.data()[i] == yp.data()[i]);
+  Tensor<fp32, extents<dyn, 3, 4>> dy("dy", 2);
+  for (index_t i = 0; i < dy.size(); ++i) dy.data()[i] = 0.25f * float(i % 7) - 0.5f;
+  const auto dx = layer.backward(exec, dy, true);
+  CHECK(dx.size() == 0); // no gradient for integers
+  Tensor<fp32, extents<dyn, dyn, 4>> dyp("dyp", 2, 3);
+  for (index_t i = 0; i < dy.size(); ++i) dyp.data()[i] = dy.data()[i];
+  plain.backward(exec, dyp);
+  const auto& g = layer.table().weight().grad;
+  const auto& gp = plain.weight().grad;
+  bool some_nonzero = false;
+  for (index_t i = 0; i < g.size(); ++i) {
+    CHECK(g.data()[i] == gp.data()[i]);
+    some_nonzero = some_nonzero || g.data()[i] != 0.f;
+  }
+  CHECK(some_nonzero);
+  CHECK_THROWS_AS(layer.forward(exec, ids_view({1, 2, 3, 4}, 2, 2)), shape_error);
+}

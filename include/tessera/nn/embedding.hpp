@@ -236,4 +236,57 @@ private:
   detail::saved_shape shape_;
 };
 
+/// Embedding<V, D> as an nn::Layer on ids of T positions (the first layer of a language model
+/// written as one nn::Sequential, which is what the parallel plans split and cut into pipeline
+/// stages). Its input is a rank-2 Kokkos::View of integers (B, T), the model input shape it
+/// fixes is extents<dyn, T> (input_extents), and it returns (B, T, D) with T static, so every
+/// later activation has a static shape after the batch (what a pipeline boundary needs).
+/// Parameters, initialisation and arithmetic are Embedding<V, D>'s; backward writes W.grad and
+/// returns an empty tensor (no gradient for integers). Replicated by the tensor split.
+template <index_t V, index_t D, index_t T>
+class TokenEmbedding {
+  static_assert(T >= 1, "tessera::nn::TokenEmbedding<V, D, T>: the context T must be >= 1.");
+  using M = detail::default_memory_space;
+
+public:
+  using input_extents = extents<dyn, T>;
+  template <class InExt>
+  static constexpr bool accepts = InExt::rank == 2 &&
+                                  (InExt::static_extent(1) == T || InExt::static_extent(1) == dyn);
+  template <class InExt>
+  using output_extents = extents<dyn, T, D>;
+  /// nn/layer.hpp: one copy per output element.
+  template <class InExt>
+  static constexpr double forward_flops = double(T) * double(D);
+  static constexpr split_kind tensor_split = split_kind::replicate;
+
+  explicit TokenEmbedding(std::uint64_t seed = 0) : table_(seed) {}
+
+  Embedding<V, D>& table() noexcept { return table_; }
+  auto parameters() const { return table_.parameters(); }
+
+  /// Embedding<V, D>::forward on ids (B, T); throws shape_error if ids has not T columns.
+  template <class Exec, class Ids>
+  Tensor<fp32, extents<dyn, T, D>, layout_right, M> forward(const Exec& exec, const Ids& ids) {
+    if (index_t(ids.extent(1)) != T)
+      throw shape_error("tessera::nn::TokenEmbedding<" + std::to_string(V) + ", " +
+                        std::to_string(D) + ", " + std::to_string(T) + ">::forward: ids (" +
+                        std::to_string(ids.extent(0)) + ", " + std::to_string(ids.extent(1)) +
+                        ") must have " + std::to_string(T) + " positions");
+    const auto y = table_.forward(exec, ids);
+    return reshape<extents<dyn, T, D>>(y, y.extent(0));
+  }
+
+  /// Embedding<V, D>::backward; returns an empty tensor.
+  template <class Exec, class DP, class DE>
+  Tensor<DP, DE, layout_right, M>
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool /*need_dx*/ = true) {
+    table_.backward(exec, dy);
+    return {};
+  }
+
+private:
+  Embedding<V, D> table_;
+};
+
 } // namespace tessera::nn

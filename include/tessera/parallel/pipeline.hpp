@@ -302,6 +302,32 @@ auto copy_rows(const Exec& exec, const T& t, index_t first, index_t rows) {
   return out;
 }
 
+/// An owning copy of rows [first, first + rows) of a model input that is a Kokkos::View (the
+/// token ids (B, t) of a language model whose first layer is nn::TokenEmbedding).
+template <class V, class Exec>
+requires Kokkos::is_view<V>::value auto copy_rows(const Exec& exec, const V& v, index_t first,
+                                                  index_t rows) {
+  static_assert(V::rank == 2, "tessera::parallel::pipeline: a Kokkos::View model input must be "
+                              "(B, t), e.g. token ids");
+  typename V::non_const_type out(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "tessera::parallel::pipeline.rows"),
+      std::size_t(rows), v.extent(1));
+  Kokkos::deep_copy(
+      exec, out,
+      Kokkos::subview(v, Kokkos::pair<index_t, index_t>(first, first + rows), Kokkos::ALL));
+  exec.fence();
+  return out;
+}
+
+/// Rows [first, end) of labels (B) or (B, t) (a language model's targets), as a subview.
+template <class Labels>
+auto label_rows(const Labels& labels, index_t first, index_t end) {
+  if constexpr (Labels::rank == 1)
+    return Kokkos::subview(labels, Kokkos::pair<index_t, index_t>(first, end));
+  else
+    return Kokkos::subview(labels, Kokkos::pair<index_t, index_t>(first, end), Kokkos::ALL);
+}
+
 /// dst = src converted elementwise (host memory), for gradients sent in the receiver's type.
 template <class Dst, class Src>
 void convert_into(Dst& dst, const Src& src) {
@@ -334,7 +360,8 @@ struct pipeline_stats {
 /// M micro-batches: forwards and backwards in the table's order for stage s of P, activations
 /// received from stage s - 1 and sent to s + 1 over `pipe` (the pipeline group; ranks are
 /// stage indices), gradients the other way. The first stage reads the batch from `x`
-/// (B, ...), the last reads `labels` (B) and applies `loss` (mean per micro-batch, scaled by
+/// (B, ...) (a Tensor, or a Kokkos::View of token ids (B, t)), the last reads `labels` (B, or
+/// (B, t) for a sequence model) and applies `loss` (mean per micro-batch, scaled by
 /// grad_scale / M). `In` is the type the stage receives (the previous stage's output type;
 /// for stage 0, x's type). Afterwards the stage's parameter gradients hold the batch-mean
 /// gradient. Returns the mean loss over the batch on the last stage, 0 elsewhere.
@@ -415,7 +442,7 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
       }
       const auto& out = run_forward(i);
       if constexpr (last) {
-        auto lab = Kokkos::subview(labels, Kokkos::pair<index_t, index_t>(i * mb, (i + 1) * mb));
+        auto lab = detail::label_rows(labels, i * mb, (i + 1) * mb);
         auto result =
             timed([&] { return loss.forward_backward(exec, out, lab, grad_scale / float(M)); });
         loss_sum += double(result.loss);

@@ -397,6 +397,201 @@ public:
   void bind(const tensor_group& g) { this->bind_to(*this, g); }
 };
 
+/// nn::CausalSelfAttention<D, H, P> split by heads (Megatron-LM, section 3): this rank owns
+/// heads [t H/T, (t + 1) H/T). Its QKV projection is column-parallel over those heads' q, k and
+/// v columns (the rows of Wqkv (3D, D) seen as (3, T, D/T * D)), computed as an
+/// nn::Linear<D, 3D/T>; its heads' attention needs no communication; its output projection is
+/// row-parallel (the columns of Wo (D, D) of its heads, (D, T, D/T)), the fp32 partial sums
+/// all-reduced before the whole bias. Backward all-reduces the QKV projection's partial input
+/// gradients. Parameter names are the whole layer's ("qkv.weight", ..., "proj.bias").
+///
+/// The core is computed here in fp32 on this rank's heads (q, k, v widened, q k^T / sqrt d,
+/// causal softmax, p v; o rounded once to the activation precision), row by row with the
+/// probabilities of the last forward kept ((B, H/T, t, t) floats): the same arithmetic as the
+/// whole layer up to the order of the fp32 sums (the whole layer's core is tiled with an online
+/// softmax). Backward: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = dS K / sqrt d,
+/// dK = dS^T Q / sqrt d, each output element summed by one work item in a fixed order.
+template <index_t D, index_t H, int T, class P = fp32>
+class HeadParallelAttention {
+  static_assert(T >= 1 && H % T == 0,
+                "tessera::parallel::HeadParallelAttention<D, H, T>: T must divide the heads H");
+  static_assert(detail::TensorParallelPrecision<P>,
+                "tessera::parallel::HeadParallelAttention: tensor-parallel layers compute in "
+                "an unscaled precision (not a scaled one such as fp8)");
+  using M = detail::tp_memory_space;
+  using whole_fp32 = nn::CausalSelfAttention<D, H, fp32>;
+
+public:
+  static constexpr int tensor_size = T;
+  static constexpr index_t local_width = D / T, local_heads = H / T, head_dim = D / H;
+  using whole_type = nn::CausalSelfAttention<D, H, P>;
+  using compute_precision = P;
+  using activation_precision = nn::activation_t<P>;
+  template <class InExt>
+  static constexpr bool accepts = whole_type::template accepts<InExt>;
+  template <class InExt>
+  using output_extents = typename whole_type::template output_extents<InExt>;
+  /// qkv.weight (3D, D) as (3, T, D/T * D); qkv.bias (3D) as (3, T, D/T); proj.weight (D, D) as
+  /// (D, T, D/T); proj.bias replicated.
+  static constexpr std::array<shard_spec, 4> shards = {
+      shard_spec{true, 3, local_width* D}, shard_spec{true, 3, local_width},
+      shard_spec{true, D, local_width, 1}, shard_spec{false, 1, 0}};
+
+  /// Initialised as shard 0 of whole_type(seed); bind() re-slices for the group's rank.
+  explicit HeadParallelAttention(std::uint64_t seed = 0)
+      : seed_(seed), qkv_(counter_rng{seed, 0}.bits(0)), proj_(counter_rng{seed, 1}.bits(0)) {
+    detail::init_from_whole(*this, whole_fp32(seed_), T, 0);
+  }
+  void bind(const tensor_group& g) {
+    detail::check_group("HeadParallelAttention", T, g);
+    group_ = g;
+    bound_ = true;
+    detail::init_from_whole(*this, whole_fp32(seed_), T, g.rank());
+  }
+
+  nn::Linear<D, 3 * local_width, P>& qkv() noexcept { return qkv_; }
+  nn::Linear<local_width, D, P>& proj() noexcept { return proj_; }
+  /// (qkv.weight, qkv.bias, proj.weight, proj.bias): this rank's shards.
+  auto parameters() const {
+    const auto named = [](const char* prefix) {
+      return [prefix](auto p) {
+        p.name = std::string(prefix) + p.name;
+        return p;
+      };
+    };
+    return boost::hana::flatten(
+        boost::hana::make_tuple(boost::hana::transform(qkv_.parameters(), named("qkv.")),
+                                boost::hana::transform(proj_.parameters(), named("proj."))));
+  }
+
+  /// y (B, t, D) of x (B, t, D), whole on every rank of the group.
+  template <class Exec, class XP, class XE>
+  auto forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x) {
+    static_assert(accepts<XE>, "tessera::parallel::HeadParallelAttention::forward: x must be "
+                               "(B, t, D).");
+    if constexpr (T > 1) detail::check_bound("HeadParallelAttention", bound_);
+    const index_t B = x.extent(0), t = x.extent(1);
+    qkv_out_ = reshape<extents<dyn, dyn, 3 * local_width>>(qkv_.forward(exec, x), B, t);
+    batch_ = B;
+    len_ = t;
+    auto o = o_.get(extents<dyn, XE::static_extent(1), local_width>::from_all({B, t, local_width}));
+    if (index_t(probs_.extent(0)) < B * local_heads * t * t)
+      probs_ = Kokkos::View<float*, M>("tessera::parallel::HeadParallelAttention.p",
+                                       std::size_t(B * local_heads * t * t));
+    const auto* qkv = qkv_out_.data();
+    float* p = probs_.data();
+    auto* out = o.data();
+    constexpr index_t Dl = local_width, d = head_dim;
+    const float scale = 1.f / std::sqrt(float(d));
+    Kokkos::parallel_for(
+        "tessera::parallel::HeadParallelAttention::forward",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * local_heads * t), KOKKOS_LAMBDA(const index_t r) {
+          const index_t i = r % t, bh = r / t, b = bh / local_heads, h = bh % local_heads;
+          const auto* qi = qkv + (b * t + i) * 3 * Dl + h * d;
+          float* pr = p + r * t;
+          float mx = -3.0e38f;
+          for (index_t j = 0; j <= i; ++j) {
+            const auto* kj = qkv + (b * t + j) * 3 * Dl + Dl + h * d;
+            float s = 0.f;
+            for (index_t c = 0; c < d; ++c) s += to_float(qi[c]) * to_float(kj[c]);
+            pr[j] = s * scale;
+            mx = pr[j] > mx ? pr[j] : mx;
+          }
+          float sum = 0.f;
+          for (index_t j = 0; j <= i; ++j) sum += (pr[j] = nn::detail::kmath::exp(pr[j] - mx));
+          const float inv = 1.f / sum;
+          for (index_t j = 0; j <= i; ++j) pr[j] *= inv;
+          for (index_t c = 0; c < d; ++c) {
+            float acc = 0.f;
+            for (index_t j = 0; j <= i; ++j)
+              acc += pr[j] * to_float(qkv[(b * t + j) * 3 * Dl + 2 * Dl + h * d + c]);
+            out[(b * t + i) * Dl + h * d + c] = from_float<activation_precision>(acc);
+          }
+        });
+    exec.fence();
+    o_out_ = reshape<extents<dyn, dyn, local_width>>(o, B, t);
+    return proj_.forward(exec, o, detail::group_sum{&group_});
+  }
+
+  /// dx (B, t, D) from dy (B, t, D) of the last forward (whole on every rank: the QKV
+  /// projection's partial input gradients are summed over the group); writes this rank's
+  /// parameter gradients.
+  template <class Exec, class DP, class DE>
+  auto backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
+    const auto dout = proj_.backward(exec, dy, true); // dL/do (B, t, D/T)
+    const index_t B = batch_, t = len_;
+    constexpr index_t Dl = local_width, d = head_dim;
+    const float scale = 1.f / std::sqrt(float(d));
+    if (index_t(ds_.extent(0)) < B * local_heads * t * t)
+      ds_ = Kokkos::View<float*, M>("tessera::parallel::HeadParallelAttention.ds",
+                                    std::size_t(B * local_heads * t * t));
+    auto dqkv = dqkv_.get(extents<dyn, DE::static_extent(1), 3 * Dl>::from_all({B, t, 3 * Dl}));
+    const auto* qkv = qkv_out_.data();
+    const auto* o = o_out_.data();
+    const auto* g = dout.data();
+    const float* p = probs_.data();
+    float* ds = ds_.data();
+    auto* dst = dqkv.data();
+    // dS (and dQ) per query row.
+    Kokkos::parallel_for(
+        "tessera::parallel::HeadParallelAttention::backward[dS dQ]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * local_heads * t), KOKKOS_LAMBDA(const index_t r) {
+          const index_t i = r % t, bh = r / t, b = bh / local_heads, h = bh % local_heads;
+          const auto* gi = g + (b * t + i) * Dl + h * d;
+          const auto* oi = o + (b * t + i) * Dl + h * d;
+          float di = 0.f;
+          for (index_t c = 0; c < d; ++c) di += to_float(gi[c]) * to_float(oi[c]);
+          const float* pr = p + r * t;
+          float* dsr = ds + r * t;
+          for (index_t j = 0; j <= i; ++j) {
+            const auto* vj = qkv + (b * t + j) * 3 * Dl + 2 * Dl + h * d;
+            float dp = 0.f;
+            for (index_t c = 0; c < d; ++c) dp += to_float(gi[c]) * to_float(vj[c]);
+            dsr[j] = pr[j] * (dp - di);
+          }
+          for (index_t c = 0; c < d; ++c) {
+            float acc = 0.f;
+            for (index_t j = 0; j <= i; ++j)
+              acc += dsr[j] * to_float(qkv[(b * t + j) * 3 * Dl + Dl + h * d + c]);
+            dst[(b * t + i) * 3 * Dl + h * d + c] = from_float<activation_precision>(acc * scale);
+          }
+        });
+    exec.fence();
+    // dK, dV per key row.
+    Kokkos::parallel_for(
+        "tessera::parallel::HeadParallelAttention::backward[dK dV]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * local_heads * t), KOKKOS_LAMBDA(const index_t r) {
+          const index_t j = r % t, bh = r / t, b = bh / local_heads, h = bh % local_heads;
+          for (index_t c = 0; c < d; ++c) {
+            float dk = 0.f, dv = 0.f;
+            for (index_t i = j; i < t; ++i) {
+              const index_t row = bh * t + i;
+              dk += ds[row * t + j] * to_float(qkv[(b * t + i) * 3 * Dl + h * d + c]);
+              dv += p[row * t + j] * to_float(g[(b * t + i) * Dl + h * d + c]);
+            }
+            dst[(b * t + j) * 3 * Dl + Dl + h * d + c] =
+                from_float<activation_precision>(dk * scale);
+            dst[(b * t + j) * 3 * Dl + 2 * Dl + h * d + c] = from_float<activation_precision>(dv);
+          }
+        });
+    exec.fence();
+    return qkv_.backward(exec, dqkv, need_dx, detail::group_sum{&group_});
+  }
+
+private:
+  std::uint64_t seed_;
+  nn::Linear<D, 3 * local_width, P> qkv_;
+  nn::Linear<local_width, D, P> proj_;
+  tensor_group group_;
+  bool bound_ = false;
+  index_t batch_ = 0, len_ = 0;
+  Tensor<activation_precision, extents<dyn, dyn, 3 * local_width>, layout_right, M> qkv_out_;
+  Tensor<activation_precision, extents<dyn, dyn, local_width>, layout_right, M> o_out_;
+  nn::detail::buffer<activation_precision> o_{"tessera::parallel::HeadParallelAttention.o"};
+  nn::detail::buffer<activation_precision> dqkv_{"tessera::parallel::HeadParallelAttention.dqkv"};
+  Kokkos::View<float*, M> probs_, ds_;
+};
+
 namespace detail {
 
 /// How the split treats a layer: what the layer declares about itself (nn::layer_traits,
@@ -487,6 +682,78 @@ requires(R != split_role::replicate) struct split_layer<I, nn::Conv2d<InC, OutC,
   using type =
       std::conditional_t<R == split_role::column, ColumnParallelConv2d<InC, OutC, K, O, T, P>,
                          RowParallelConv2d<InC, OutC, K, O, T, P>>;
+};
+
+} // namespace detail
+
+/// nn::Residual<Layers...> with its inner layers split (tensor_split_t's rule for a Residual):
+/// a Linear pair inside it column- then row-parallel (the MLP block Linear, GELU, Linear),
+/// nn::CausalSelfAttention split by heads (HeadParallelAttention), every other inner layer
+/// (LayerNorm) replicated. Its forward and backward are nn::Residual's: x + f(x) with f's
+/// output whole on every rank. `shards` lists its parameters' splits in parameters() order.
+template <int T, class... Layers>
+class TensorParallelResidual : public nn::Residual<Layers...> {
+  template <class L>
+  static constexpr std::size_t count =
+      decltype(boost::hana::length(std::declval<const L&>().parameters()))::value;
+  static constexpr std::size_t total = (count<Layers> + ... + 0);
+
+public:
+  static constexpr int tensor_size = T;
+  static constexpr std::array<shard_spec, total> shards = [] {
+    std::array<shard_spec, total> out{};
+    std::size_t k = 0;
+    const auto add = [&]<class L>(L*) {
+      for (std::size_t i = 0; i < count<L>; ++i) {
+        if constexpr (requires { L::shards; })
+          out[k++] = L::shards[i];
+        else
+          out[k++] = shard_spec{};
+      }
+    };
+    (add(static_cast<Layers*>(nullptr)), ...);
+    return out;
+  }();
+
+  explicit TensorParallelResidual(std::uint64_t seed = 0) : nn::Residual<Layers...>(seed) {}
+  /// Binds the inner tensor-parallel layers.
+  void bind(const tensor_group& g) {
+    detail::check_group("TensorParallelResidual", T, g);
+    bind_tensor_group(this->inner(), g);
+  }
+};
+
+namespace detail {
+
+/// An inner layer of a Residual under the split: paired Linear layers as split_layer makes
+/// them, nn::CausalSelfAttention by heads (when T divides H and it computes unscaled), the
+/// rest unchanged.
+template <std::size_t I, class L, split_role R, int T>
+struct split_inner : split_layer<I, L, R, T> {};
+template <std::size_t I, index_t D, index_t H, class P, int T>
+requires(H % T == 0 &&
+         TensorParallelPrecision<P>) struct split_inner<I, nn::CausalSelfAttention<D, H, P>,
+                                                        split_role::replicate, T> {
+  static constexpr bool ok = true;
+  using type = HeadParallelAttention<D, H, T, P>;
+};
+
+template <std::size_t I, int T, class Roles, class Seq, class... Ls>
+struct split_residual_impl;
+template <std::size_t I, int T, class... Ls, std::size_t... J>
+struct split_residual_impl<I, T, std::index_sequence<J...>, std::index_sequence<J...>, Ls...> {
+  static constexpr auto roles = pair_roles<sizeof...(Ls)>({tp_kind_of<Ls>::value...});
+  static constexpr bool ok = (split_inner<I, Ls, roles[J], T>::ok && ...);
+  using type = TensorParallelResidual<T, typename split_inner<I, Ls, roles[J], T>::type...>;
+};
+
+/// A Residual (declared replicate: it is never paired) is split inside.
+template <std::size_t I, class... Ls, int T>
+requires(T > 1) struct split_layer<I, nn::Residual<Ls...>, split_role::replicate, T> {
+  using impl = split_residual_impl<I, T, std::index_sequence_for<Ls...>,
+                                   std::index_sequence_for<Ls...>, Ls...>;
+  static constexpr bool ok = impl::ok;
+  using type = typename impl::type;
 };
 
 template <class Model>
