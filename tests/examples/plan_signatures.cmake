@@ -1,6 +1,7 @@
-# Shared by check_plan_example.cmake and check_plan_resume.cmake: running train_fashion_mnist and
-# comparing the "masters signature NAME S" lines it prints after training (S = 1e6 x the sum of
-# the parameter's weights with pseudo-random signs; see examples/train_fashion_mnist.cpp).
+# Shared by check_plan_example.cmake, check_plan_resume.cmake (train_fashion_mnist) and
+# check_char_gpt_plan.cmake (train_char_gpt): running an example and comparing the "masters
+# fnv1a H after ..." hash and the "masters signature NAME S" lines it prints after training (S =
+# 1e6 x the sum of the parameter's weights with pseudo-random signs; see the examples).
 
 # run_example(label out_var command...): runs the command; its stdout in out_var, or a fatal
 # error naming `label` with the exit code, stdout and stderr.
@@ -13,25 +14,27 @@ function(run_example label out_var)
   set(${out_var} "${out}" PARENT_SCOPE)
 endfunction()
 
-# The "masters fnv1a H after epoch E" hash in `text`, into out_var (fatal when there is none).
-function(masters_hash out_var text epoch)
-  string(REGEX MATCH "masters fnv1a ([0-9a-f]+) after epoch ${epoch}" m "${text}")
+# The "masters fnv1a H after WHEN" hash in `text` (WHEN e.g. "epoch 2" or "step 3"), into
+# out_var (fatal when there is none).
+function(masters_hash out_var text when)
+  string(REGEX MATCH "masters fnv1a ([0-9a-f]+) after ${when}" m "${text}")
   if(NOT m)
-    message(FATAL_ERROR "no 'masters fnv1a ... after epoch ${epoch}' line in:\n${text}")
+    message(FATAL_ERROR "no 'masters fnv1a ... after ${when}' line in:\n${text}")
   endif()
   set(${out_var} "${CMAKE_MATCH_1}" PARENT_SCOPE)
 endfunction()
 
-# compare_signatures(label got_text ref_text tolerance worst_var): both outputs must hold one
-# signature line per FashionCNN parameter (8); each of got_text's must lie within `tolerance`
-# (1e-6 units) of ref_text's line of the same name. The largest difference goes to worst_var.
-function(compare_signatures label got_text ref_text tolerance worst_var)
+# compare_signatures(label got_text ref_text count tolerance worst_var): both outputs must hold
+# one signature line per parameter (`count` of them: 8 for FashionCNN); each of got_text's must
+# lie within `tolerance` (1e-6 units) of ref_text's line of the same name. The largest
+# difference goes to worst_var.
+function(compare_signatures label got_text ref_text count tolerance worst_var)
   string(REGEX MATCHALL "masters signature [^ \n]+ -?[0-9]+" got "${got_text}")
   string(REGEX MATCHALL "masters signature [^ \n]+ -?[0-9]+" ref "${ref_text}")
   list(LENGTH got n_got)
   list(LENGTH ref n_ref)
-  if(NOT n_got EQUAL 8 OR NOT n_ref EQUAL 8)
-    message(FATAL_ERROR "${label}: expected 8 signature lines each (FashionCNN's parameters), "
+  if(NOT n_got EQUAL count OR NOT n_ref EQUAL count)
+    message(FATAL_ERROR "${label}: expected ${count} signature lines each (one per parameter), "
                         "got ${n_got} and ${n_ref}:\n${got_text}\n${ref_text}")
   endif()
   set(worst 0)
@@ -39,9 +42,10 @@ function(compare_signatures label got_text ref_text tolerance worst_var)
     string(REGEX MATCH "masters signature ([^ ]+) (-?[0-9]+)" m "${line}")
     set(name ${CMAKE_MATCH_1})
     set(value ${CMAKE_MATCH_2})
+    string(REPLACE "." "\\." name_re "${name}") # names like "3.qkv.weight"
     set(want "")
     foreach(rline ${ref})
-      if(rline MATCHES "masters signature ${name} (-?[0-9]+)")
+      if(rline MATCHES "masters signature ${name_re} (-?[0-9]+)")
         set(want ${CMAKE_MATCH_1})
       endif()
     endforeach()
