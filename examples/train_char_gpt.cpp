@@ -102,6 +102,25 @@ using tessera::index_t;
 constexpr std::int64_t eval_contexts = 64, eval_batch = 16;
 constexpr double clip_norm = 1.0;
 
+/// The recipe's optimizer (GPT_SPEC: AdamW, betas 0.9 / 0.95, weight decay 0.1 on matrices
+/// only); its learning rate comes from schedule(o) at every step.
+train::adamw recipe_optimizer() {
+  return train::adamw{.lr = 0.f,
+                      .beta1 = 0.9f,
+                      .beta2 = 0.95f,
+                      .eps = 1e-8f,
+                      .weight_decay = 0.1f,
+                      .decay_on = train::decay_rule::matrices};
+}
+/// Linear warm-up over --warmup steps, then cosine to lr / 10 at --steps (validated).
+train::lr_scheduler recipe_schedule(const chargpt::options& o) {
+  train::lr_scheduler sched{
+      .schedule = {
+          .lr = o.lr, .min_lr = o.lr / 10.0, .warmup_steps = o.warmup, .total_steps = o.steps}};
+  sched.schedule.validate();
+  return sched;
+}
+
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
@@ -250,17 +269,9 @@ int run(const chargpt::options& o, const data::char_vocab& vocab, const data::te
   const auto params = model.parameters();
   const auto fp8_states = model.fp8_states();
   nn::SoftmaxCrossEntropy loss;
-  train::adamw opt{.lr = 0.f,
-                   .beta1 = 0.9f,
-                   .beta2 = 0.95f,
-                   .eps = 1e-8f,
-                   .weight_decay = 0.1f,
-                   .decay_on = train::decay_rule::matrices};
+  train::adamw opt = recipe_optimizer();
   scaler_type scaler{};
-  train::lr_scheduler sched{
-      .schedule = {
-          .lr = o.lr, .min_lr = o.lr / 10.0, .warmup_steps = o.warmup, .total_steps = o.steps}};
-  sched.schedule.validate();
+  train::lr_scheduler sched = recipe_schedule(o);
   train::grad_accumulator acc;
   // The checkpoint's precision record names the model size too, so that a checkpoint of
   // another size (even one with the same parameters: another --context) is refused on load.
@@ -449,18 +460,9 @@ int run_plan(const chargpt::options& o, const data::char_vocab& vocab,
         stage.scatter_parameters(init);
         const auto params = stage.parameters();
         nn::SoftmaxCrossEntropy loss;
-        train::adamw opt{.lr = 0.f,
-                         .beta1 = 0.9f,
-                         .beta2 = 0.95f,
-                         .eps = 1e-8f,
-                         .weight_decay = 0.1f,
-                         .decay_on = train::decay_rule::matrices};
+        train::adamw opt = recipe_optimizer();
         train::static_scaler scaler{};
-        train::lr_scheduler sched{.schedule = {.lr = o.lr,
-                                               .min_lr = o.lr / 10.0,
-                                               .warmup_steps = o.warmup,
-                                               .total_steps = o.steps}};
-        sched.schedule.validate();
+        train::lr_scheduler sched = recipe_schedule(o);
         const data::context_sampler sampler(static_cast<std::int64_t>(split.train.size()), plan_T,
                                             o.seed);
         const std::int64_t share = o.batch / Dn;
@@ -524,19 +526,10 @@ int run_plan(const chargpt::options& o, const data::char_vocab& vocab,
   return 0;
 }
 
-/// f(std::integral_constant<int, v>) for v one of fashion::detail::plan_degrees (1, 2, 4).
-template <class F>
-int with_degree(int v, F&& f) {
-  static_assert(std::size(fashion::detail::plan_degrees) == 3);
-  if (v == 4) return f(std::integral_constant<int, 4>{});
-  if (v == 2) return f(std::integral_constant<int, 2>{});
-  return f(std::integral_constant<int, 1>{});
-}
-
 int run_any_plan(const chargpt::options& o, const data::char_vocab& vocab,
                  const data::text_split& split) {
-  return with_degree(o.plan_tensor, [&](auto t) {
-    return with_degree(o.plan_pipeline, [&](auto p) {
+  return fashion::detail::with_degree(o.plan_tensor, [&](auto t) {
+    return fashion::detail::with_degree(o.plan_pipeline, [&](auto p) {
       return run_plan<decltype(t)::value, decltype(p)::value>(o, vocab, split);
     });
   });

@@ -485,19 +485,10 @@ int run_plan(const options& o) {
   return 0;
 }
 
-/// f(std::integral_constant<int, v>) for v one of fashion::detail::plan_degrees (1, 2, 4).
-template <class F>
-int with_degree(int v, F&& f) {
-  static_assert(std::size(fashion::detail::plan_degrees) == 3);
-  if (v == 4) return f(std::integral_constant<int, 4>{});
-  if (v == 2) return f(std::integral_constant<int, 2>{});
-  return f(std::integral_constant<int, 1>{});
-}
-
 template <class Prec>
 int run_any_plan(const options& o) {
-  return with_degree(o.plan_tensor, [&](auto t) {
-    return with_degree(o.plan_pipeline, [&](auto p) {
+  return fashion::detail::with_degree(o.plan_tensor, [&](auto t) {
+    return fashion::detail::with_degree(o.plan_pipeline, [&](auto p) {
       return run_plan<Prec, decltype(t)::value, decltype(p)::value>(o);
     });
   });
