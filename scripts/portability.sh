@@ -55,7 +55,8 @@ build() {
   if (($#)); then
     cmake --build "$dir" -j "$jobs" --target "$@" >"$dir.build.log" 2>&1
   else
-    cmake --build "$dir" -j "$jobs" >"$dir.build.log" 2>&1
+    # Everything (full): keep going past a failing target, so the log lists every failure.
+    cmake --build "$dir" -j "$jobs" -- -k >"$dir.build.log" 2>&1
   fi || { grep -E 'error|Error' "$dir.build.log" | head -n 40 >&2; return 1; }
 }
 

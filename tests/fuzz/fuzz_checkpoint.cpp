@@ -18,6 +18,7 @@
 // with the message, or loaded).
 // TESSERA_FUZZ_WRITE_SEED=<path>: the program writes that state's checkpoint to <path> (the
 // seed corpus's valid checkpoint, tests/fuzz/corpus/checkpoint/) and exits.
+#include "fuzz_kokkos.hpp"
 #include "fuzz_support.hpp"
 
 #include <tessera/tensor.hpp>
@@ -138,11 +139,7 @@ struct fixture {
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  Kokkos::InitArguments args;
-  args.num_threads = 1; // one execution is a few microseconds of work: threads only add noise
-  args.disable_warnings = true;
-  Kokkos::initialize(args);
-  std::atexit([] { Kokkos::finalize(); });
+  tessera::fuzz::initialize_kokkos();
   if (const char* seed = std::getenv("TESSERA_FUZZ_WRITE_SEED")) {
     state().save(seed);
     std::exit(0);

@@ -12,6 +12,7 @@
 // - a call that returns has written exactly the reference result into the output's elements
 //   (tests/support/reference_gemm.hpp, reference_conv.hpp) and nothing outside them.
 // Sizes stay below 6 per dimension so that one execution takes microseconds.
+#include "fuzz_kokkos.hpp"
 #include "fuzz_support.hpp"
 
 #include "support/reference_conv.hpp"
@@ -385,11 +386,7 @@ void fuzz_conv(cursor& c, int pass) {
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  Kokkos::InitArguments args;
-  args.num_threads = 1; // one execution is microseconds of work: threads only add noise
-  args.disable_warnings = true;
-  Kokkos::initialize(args);
-  std::atexit([] { Kokkos::finalize(); });
+  tessera::fuzz::initialize_kokkos();
   return 0;
 }
 
