@@ -5,13 +5,17 @@
 // odd data degree, shards of unequal sizes).
 //
 // Bounds. Stage 1 all-reduces exactly as stage 0 and updates each element with the same
-// arithmetic: bit-identical (max |w1 - w0| == 0). Stage 2 sums each gradient over the data group
-// with MPI_Reduce_scatter_block instead of MPI_Allreduce, whose order of the D terms may differ:
-// bit-identical for D <= 2 (two terms commute), else each averaged gradient within ~D ulps of
-// the sum of |g_r| (a few 2^-24 relative), which 5 steps of lr 1e-3 AdamW (|update| <= lr per
-// step, a relative change of the gradients changes m / sqrt(v) by about as much) or lr 0.05 SGD
-// with momentum (|g| < 1) carry into the weights as far below 1e-6; the check uses 1e-5, far
-// under what a real mistake does (a missed 1/D, a shard written to the wrong place: 1e-3 or more).
+// arithmetic: bit-identical (max |w1 - w0| == 0), checked. Stage 2 sums each gradient over the
+// data group with MPI_Reduce_scatter_block instead of MPI_Allreduce, whose order of the D terms
+// may differ: bit-identical for D <= 2 (two terms commute), checked; else each averaged gradient
+// within ~D ulps of the sum of |g_r|. SGD carries that into the weights as lr x (a few 2^-24
+// relative): measured 1.5e-8 at D = 4 and 8. AdamW divides by sqrt(v): where the ranks'
+// gradients nearly cancel, an ulp-level change of the sum is a large relative one, and the
+// update (at most lr = 1e-3 per step) can move by a visible fraction of lr: measured 1.2e-6 (D =
+// 3), 1.8e-6 (D = 4), 3.5e-6 (D = 8) on FashionCNN after 3 steps. The check uses 1e-5 (AdamW's
+// worst case, lr x steps = 3e-3, is not a useful bound; this one is empirical and stated as
+// such). A wrong shard, offset or missed reduction moves SGD weights by lr |g| ~ 1e-3 and breaks
+// the bit-identity of stage 1 and of D <= 2.
 #include "nn_run.hpp"
 
 #include <tessera/parallel/mpi.hpp>
