@@ -49,6 +49,15 @@
 // process) can be compared within a bound. Under --plan the weights are first gathered whole (over
 // the tensor group, then the pipeline stages): the same hash as the single process under plan
 // data=1,tensor=1,pipeline=1.
+//
+// --zero 1|2 (with --plan) trains under plan<data<dyn, zero<S>>, ...>: ZeRO stage 1 shards the
+// SGD momentum and the update over the D data replicas (the updated weights all-gathered), stage
+// 2 also the reduced gradients (reduce-scattered instead of all-reduced; parallel/zero.hpp). The
+// weights equal those of the same --plan without --zero (bit-identical at stage 1 and at stage 2
+// with D <= 2). Once per run rank 0 prints its bytes of weights + reduced gradients + optimizer
+// state per parameter next to the formula for SGD with momentum (K = 4 bytes of state per
+// parameter: 4 + 4 + 4/D at stage 1, 4 + 8/D at stage 2; the ZeRO paper's mixed-precision
+// counting gives 4 + 8/D and 2 + 10/D). Not with --checkpoint or --resume (refused).
 #include "kokkos_args.hpp"
 #include "train_fashion_mnist_options.hpp"
 
@@ -355,12 +364,30 @@ flat_masters gather_masters(Stage& stage, std::uint64_t seed) {
   return f;
 }
 
-/// Training under plan<data<dyn>, tensor<T>, pipeline<P>> on D = o.plan_data replicas: see the
-/// file comment.
-template <class Prec, int T, int P>
+/// --zero: rank 0's bytes per parameter (weights + reduced gradients + SGD momentum) next to the
+/// formula for SGD with momentum (K = 4), tessera's and the ZeRO paper's.
+void print_zero_memory(const tessera::parallel::zero_memory& m) {
+  namespace tp = tessera::parallel;
+  const double n = double(m.parameters);
+  std::printf(
+      "zero stage %d, D=%d, optimizer SGD with momentum (K = 4 bytes/parameter): rank 0 "
+      "holds %ld parameters: weights %.3f + reduced gradients %.3f + optimizer state "
+      "%.3f = %.3f bytes/parameter; formula %s = %.3f (ZeRO paper, mixed precision: %s = "
+      "%.3f); not counted: the layers' gradient buffers %.3f bytes/parameter\n",
+      m.stage, m.data, long(m.parameters), double(m.parameter_bytes) / n,
+      double(m.gradient_bytes) / n, double(m.optimizer_bytes) / n, m.per_parameter(),
+      tp::zero_formula_text(m.stage, 4).c_str(), tp::zero_bytes_per_parameter(m.stage, m.data, 4),
+      tp::zero_formula_text(m.stage, 4, true).c_str(),
+      tp::zero_paper_bytes_per_parameter(m.stage, m.data, 4), double(m.local_gradient_bytes) / n);
+  std::fflush(stdout);
+}
+
+/// Training under plan<data<dyn, zero<Z>>, tensor<T>, pipeline<P>> on D = o.plan_data replicas:
+/// see the file comment.
+template <class Prec, int T, int P, int Z>
 int run_plan(const options& o) {
   namespace tp = tessera::parallel;
-  using Plan = tp::plan<tp::data<tessera::dyn>, tp::tensor<T>, tp::pipeline<P>>;
+  using Plan = tp::plan<tp::data<tessera::dyn, tp::zero<Z>>, tp::tensor<T>, tp::pipeline<P>>;
   using exec_space = Kokkos::DefaultExecutionSpace;
   constexpr int micro_batches = P > 1 ? 4 : 1;
   const int D = o.plan_data;
@@ -399,6 +426,14 @@ int run_plan(const options& o) {
         tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
         tessera::train::dynamic_scaler<> scaler;
         const auto params = stage.parameters();
+        // --zero: the optimizer sharded over the data group (the unsharded `opt` then unused).
+        auto sharded = [&] {
+          if constexpr (Z > 0)
+            return stage.make_optimizer(opt);
+          else
+            return 0;
+        }();
+        if constexpr (Z == 0) (void)sharded;
         tessera::train::run_state state{
             .step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
         if (!o.resume.empty()) {
@@ -430,7 +465,11 @@ int run_plan(const options& o) {
             buf.fill(train_set, order, first, first + share);
             const float s = scaled ? scaler.scale() : 1.f;
             const float l = stage.forward_backward(exec, buf.x, buf.y, loss, s);
-            if constexpr (scaled) {
+            if constexpr (Z > 0 && scaled) {
+              skipped += sharded.step(exec, scaler, mesh.world) ? 0 : 1;
+            } else if constexpr (Z > 0) {
+              sharded.step(exec);
+            } else if constexpr (scaled) {
               skipped += tp::consistent_step(exec, opt, scaler, params, mesh.world) ? 0 : 1;
             } else {
               opt.step(exec, params);
@@ -479,6 +518,8 @@ int run_plan(const options& o) {
           if (!o.checkpoint.empty())
             tp::save_plan_checkpoint(o.checkpoint, stage, opt, scaler, state);
         }
+        if constexpr (Z > 0)
+          if (root) print_zero_memory(stage.memory(sharded));
         const flat_masters whole = gather_masters(stage, o.seed);
         if (root) print_masters(whole, long(state.epoch));
       });
@@ -489,7 +530,10 @@ template <class Prec>
 int run_any_plan(const options& o) {
   return fashion::detail::with_degree(o.plan_tensor, [&](auto t) {
     return fashion::detail::with_degree(o.plan_pipeline, [&](auto p) {
-      return run_plan<Prec, decltype(t)::value, decltype(p)::value>(o);
+      constexpr int T = decltype(t)::value, P = decltype(p)::value;
+      return o.zero == 2   ? run_plan<Prec, T, P, 2>(o)
+             : o.zero == 1 ? run_plan<Prec, T, P, 1>(o)
+                           : run_plan<Prec, T, P, 0>(o);
     });
   });
 }

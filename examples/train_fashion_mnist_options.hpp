@@ -36,6 +36,7 @@ struct options {
   std::string plan;                                      // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
+  int zero = 0; // --zero 1|2 (with --plan): the ZeRO stage of the data split; 0: none
 };
 
 /// A bad command line; what() says what is wrong.
@@ -51,7 +52,8 @@ inline const char* usage_text() {
          "[--checkpoint FILE] [--resume FILE] [--no-progress] "
          "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; under mpiexec -n "
          "D*T*P)] "
-         "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)]";
+         "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)] "
+         "[--zero 1|2 (with --plan; not with --checkpoint or --resume)]";
 }
 
 namespace detail {
@@ -202,6 +204,8 @@ inline options parse_options(int argc, const char* const* argv) {
       o.progress = false;
     } else if (a == "--plan") {
       o.plan = nonempty(next());
+    } else if (a == "--zero") {
+      o.zero = detail::parse_integer<int>(a, next(), 1, 2);
     } else if (a == "--collective-timeout") {
       o.collective_timeout = detail::parse_integer<int>(a, next(), 0, 86400);
     } else if (a.rfind("--kokkos", 0) == 0) {
@@ -216,6 +220,15 @@ inline options parse_options(int argc, const char* const* argv) {
     if (!seen_epochs) o.epochs = 3;
   }
   if (!o.plan.empty()) detail::parse_plan(o);
+  if (o.zero != 0 && o.plan.empty())
+    throw usage_error("--zero " + std::to_string(o.zero) +
+                      " shards the optimizer over the data-parallel ranks of a --plan run; give "
+                      "--plan data=D,... too");
+  if (o.zero != 0 && (!o.checkpoint.empty() || !o.resume.empty()))
+    throw usage_error("--zero " + std::to_string(o.zero) +
+                      " with --checkpoint or --resume: plan "
+                      "checkpoints do not hold sharded optimizer state yet; train without "
+                      "--zero to checkpoint");
   return o;
 }
 

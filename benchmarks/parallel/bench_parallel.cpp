@@ -4,6 +4,7 @@
 //   OMP_NUM_THREADS=1 mpiexec -n 2 bench_parallel throughput    # data=2
 //   OMP_NUM_THREADS=1 mpiexec -n 2 bench_parallel bubble        # pipeline=2
 //   OMP_NUM_THREADS=1 mpiexec -n 8 --oversubscribe bench_parallel volume
+//   OMP_NUM_THREADS=1 mpiexec -n 8 --oversubscribe bench_parallel zero
 //   benchmarks/parallel/run.sh build                            # all of them
 //
 // throughput  FashionCNN fp32 training (SGD momentum), global batch 128, images/s (best of 3
@@ -18,10 +19,16 @@
 //             axis's collectives and sends carry in one step, summed over the ranks, counted by
 //             counting_communicator, beside the analytic formula computed from the static
 //             shapes, the split roles, the stage cuts and the schedule table (see volume()).
+// zero        FashionCNN fp32 under plan<data<dyn, zero<S>>> on D = 1, 2, 4, 8 ranks, S = 0, 1,
+//             2, AdamW and SGD with momentum, after one step: the bytes per parameter a rank
+//             holds (weights + reduced gradients + optimizer state; the largest over the ranks)
+//             beside the formula (parallel/zero.hpp) and the ZeRO paper's mixed-precision one.
 #include <tessera/nn.hpp>
 #include <tessera/parallel/counting.hpp>
 #include <tessera/parallel/mpi.hpp>
 #include <tessera/parallel/runner.hpp>
+#include <tessera/parallel/zero.hpp>
+#include <tessera/train/adamw.hpp>
 #include <tessera/train/sgd.hpp>
 
 #include <boost/hana/for_each.hpp>
@@ -385,6 +392,67 @@ int volume(tp::mpi_communicator world) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// zero
+
+template <int S, class Optimizer>
+void zero_row(tp::mpi_communicator world, int d, const char* name, const Optimizer& opt,
+              int state_bytes) {
+  using Plan = tp::plan<tp::data<dyn, tp::zero<S>>>;
+  auto sub = world.split(world.rank() < d ? 0 : 1, world.rank());
+  double mine[2] = {0, 0}; // bytes per parameter (largest), not counted: layers' gradients
+  if (world.rank() < d) {
+    Kokkos::DefaultExecutionSpace exec;
+    tp::mesh<Plan, tp::mpi_communicator> mesh(sub);
+    tp::with_plan_stage<Plan, FashionCNN>(mesh, 1, 1 << 20, [&](auto& stage) {
+      auto z = stage.make_optimizer(opt);
+      nn::SoftmaxCrossEntropy loss;
+      batch<FashionCNN> bt(16 / d, 3);
+      stage.forward_backward(exec, bt.x, bt.y, loss);
+      z.step(exec); // the optimizer state exists from the first step
+      const tp::zero_memory m = stage.memory(z);
+      mine[0] = m.per_parameter();
+      mine[1] = double(m.local_gradient_bytes) / double(m.parameters);
+    });
+  }
+  double worst[2] = {0, 0};
+  MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, world.native());
+  if (world.rank() == 0)
+    std::printf("| %s | %d | %d | %.4f | %s = %.4f | %s = %.4f | %.1f |\n", name, d, S, worst[0],
+                tp::zero_formula_text(S, state_bytes).c_str(),
+                tp::zero_bytes_per_parameter(S, d, state_bytes),
+                tp::zero_formula_text(S, state_bytes, true).c_str(),
+                tp::zero_paper_bytes_per_parameter(S, d, state_bytes), worst[1]);
+  world.barrier();
+}
+
+int zero(tp::mpi_communicator world) {
+  if (world.size() != 8) {
+    std::fprintf(stderr, "bench_parallel zero: run on 8 processes\n");
+    return 2;
+  }
+  if (world.rank() == 0)
+    std::printf("FashionCNN fp32 (421,642 parameters), bytes per parameter per rank after one "
+                "step (largest over the ranks): weights + reduced gradients + optimizer state, "
+                "measured, beside the formula (tessera: fp32 weights are the masters) and the "
+                "ZeRO paper's (fp16 weights and gradients); the layers' own gradient buffers "
+                "are not in either\n\n| optimizer | D | ZeRO stage | measured | formula | paper "
+                "| layers' gradients |\n|---|---|---|---|---|---|---|\n");
+  const tessera::train::adamw adam{.lr = 1e-3f};
+  const tessera::train::sgd sgd{.lr = 0.05f, .momentum = 0.9f};
+  for (int d : {1, 2, 4, 8}) {
+    zero_row<0>(world, d, "AdamW", adam, 8);
+    zero_row<1>(world, d, "AdamW", adam, 8);
+    zero_row<2>(world, d, "AdamW", adam, 8);
+  }
+  for (int d : {1, 2, 4, 8}) {
+    zero_row<0>(world, d, "SGD momentum", sgd, 4);
+    zero_row<1>(world, d, "SGD momentum", sgd, 4);
+    zero_row<2>(world, d, "SGD momentum", sgd, 4);
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -400,8 +468,11 @@ int main(int argc, char** argv) {
       rc = bubble(world);
     else if (mode == "volume")
       rc = volume(world);
+    else if (mode == "zero")
+      rc = zero(world);
     else if (world.rank() == 0)
-      std::fprintf(stderr, "usage: bench_parallel throughput|bubble|volume (see the source)\n");
+      std::fprintf(stderr,
+                   "usage: bench_parallel throughput|bubble|volume|zero (see the source)\n");
   }
   return rc;
 }

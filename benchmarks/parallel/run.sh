@@ -22,3 +22,7 @@ echo
 echo "## communication volume per step"
 echo
 OMP_NUM_THREADS=1 $mpiexec $flags -n 8 "$bench" volume
+echo
+echo "## ZeRO memory per rank, measured against the formula"
+echo
+OMP_NUM_THREADS=1 $mpiexec $flags -n 8 "$bench" zero

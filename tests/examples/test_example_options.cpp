@@ -45,6 +45,7 @@ TEST_CASE("no flags: the documented defaults", "[examples][options]") {
   CHECK(o.progress);
   CHECK(o.plan.empty());
   CHECK(o.collective_timeout == 300);
+  CHECK(o.zero == 0);
 }
 
 TEST_CASE("integer flags take whole decimal integers in range", "[examples][options]") {
@@ -135,6 +136,23 @@ TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") 
   // Plan checkpoints: --checkpoint and --resume name a directory under --plan.
   const auto ck = parse({"--plan", "data=2", "--checkpoint", "c", "--resume", "r"});
   CHECK((ck.plan_data == 2 && ck.checkpoint == "c" && ck.resume == "r"));
+}
+
+TEST_CASE("--zero 1|2 takes a ZeRO stage, with --plan only, not with checkpoints",
+          "[examples][options]") {
+  CHECK(parse({"--plan", "data=2", "--zero", "1"}).zero == 1);
+  CHECK(parse({"--zero", "2", "--plan", "data=3,tensor=2"}).zero == 2);
+  for (const char* bad : {"0", "3", "-1", "1.0", "two", "01x"}) {
+    INFO("--zero '" << bad << "'");
+    REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--zero", bad}), fashion::usage_error,
+                           what_contains({"--zero"}));
+  }
+  REQUIRE_THROWS_MATCHES(parse({"--zero", "1"}), fashion::usage_error,
+                         what_contains({"--zero 1", "--plan"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--zero", "2", "--checkpoint", "c"}),
+                         fashion::usage_error, what_contains({"--zero 2", "--checkpoint"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--zero", "1", "--resume", "r"}),
+                         fashion::usage_error, what_contains({"--zero 1", "--resume"}));
 }
 
 TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {

@@ -40,6 +40,16 @@ static_assert(p222::fits(8) && !p222::fits(4) && !p222::fits(16) &&
 static_assert(tp::plan<tp::data<tessera::dyn>>::fits(1) &&
               tp::plan<tp::data<tessera::dyn>>::fits(7) &&
               tp::plan<tp::data<tessera::dyn>>::shape_on(7).data == 7);
+// data<D, zero<S>>: the ZeRO stage rides on the data policy; the mesh is data<D>'s.
+static_assert(p222::zero_stage == 0 && tp::plan<>::zero_stage == 0 &&
+              tp::plan<tp::tensor<2>>::zero_stage == 0);
+using pz = tp::plan<tp::pipeline<2>, tp::data<tessera::dyn, tp::zero<2>>, tp::tensor<2>>;
+static_assert(pz::zero_stage == 2 && pz::dynamic_data &&
+              pz::shape_on(12) == tp::mesh_shape{3, 2, 2});
+static_assert(tp::plan<tp::data<3, tp::zero<1>>>::zero_stage == 1 &&
+              tp::plan<tp::data<3, tp::zero<1>>>::world_size == 3 &&
+              tp::Policy<tp::data<3, tp::zero<1>>>);
+static_assert(tp::plan<tp::data<2, tp::zero<0>>>::zero_stage == 0);
 
 namespace {
 

@@ -147,6 +147,14 @@ public:
     for (const bucket& b : buckets_) n += b.elements;
     return n * sizeof(Wire);
   }
+  /// Bytes of the buffers the gradients are reduced in (fp32 per gradient, plus the bf16 wire
+  /// copy when Wire is bfloat16): the reduced gradients a data-parallel rank keeps whole.
+  std::size_t buffer_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const bucket& b : buckets_)
+      n += b.flat.extent(0) * sizeof(float) + b.wire.size() * sizeof(bfloat16);
+    return n;
+  }
   const C& communicator() const noexcept { return comm_; }
 
 private:

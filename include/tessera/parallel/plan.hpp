@@ -8,6 +8,9 @@
 ///   constexpr auto c = P::coordinates(5);              // {data = 0, tensor = 1, pipeline = 1}
 ///   static_assert(P::rank_of(c) == 5);
 ///
+/// The data policy may carry a ZeRO stage, plan<data<dyn, zero<2>>, tensor<2>> (zero_stage;
+/// parallel/zero.hpp): it changes how the optimizer runs over the data group, not the mesh.
+///
 /// Mesh axis order: tensor is the innermost (fastest varying) axis, then data, then pipeline
 /// outermost, as Megatron-LM orders them (tp, dp, pp): the ranks of a tensor group are
 /// neighbours (rank = t + T * (d + D * p)), so the two all-reduces per Linear pair that tensor
@@ -35,6 +38,7 @@
 
 #include <array>
 #include <string>
+#include <type_traits>
 
 namespace tessera::parallel {
 
@@ -129,6 +133,14 @@ constexpr int size_on() {
     return 1;
 }
 
+/// The ZeRO stage of the plan's data policy, 0 without one.
+template <class... Policies>
+struct zero_stage_of : std::integral_constant<int, 0> {};
+template <class First, class... Rest>
+struct zero_stage_of<First, Rest...> : zero_stage_of<Rest...> {};
+template <int D, class Z, class... Rest>
+struct zero_stage_of<data<D, Z>, Rest...> : std::integral_constant<int, Z::stage> {};
+
 template <class... Policies>
 struct pipeline_cuts {
   using type = balanced;
@@ -169,6 +181,8 @@ struct plan {
   /// of tensor_size * pipeline_size: see fits()).
   static constexpr int world_size =
       dynamic_data ? int(dyn) : data_size * tensor_size * pipeline_size;
+  /// The ZeRO stage of the data split (data<D, zero<S>>; 0 without it): see parallel/zero.hpp.
+  static constexpr int zero_stage = detail::zero_stage_of<Policies...>::value;
   /// Pipeline cut points: `balanced` or cut_at<I...>.
   using cuts = typename detail::pipeline_cuts<Policies...>::type;
 

@@ -5,6 +5,11 @@
 ///   tessera::parallel::data<D>      D replicas, each on 1/D of the global batch; gradients are
 ///                                   averaged across them (all-reduce). data<tessera::dyn>: D
 ///                                   taken at run time, the world size / (T * P).
+///   data<D, zero<S>>                the same split with the ZeRO stage S (Rajbhandari et al.
+///                                   2020) of the optimizer: 1 shards the optimizer state and
+///                                   its update over the D replicas, 2 also the reduced
+///                                   gradients (parallel/zero.hpp). zero<0> (the default) keeps
+///                                   everything replicated.
 ///   tessera::parallel::tensor<T>    each layer's weights split T ways (Megatron column/row
 ///                                   halves for Linear pairs, output channels for Conv2d).
 ///   tessera::parallel::pipeline<P>  the layers cut into P consecutive stages, micro-batches
@@ -60,16 +65,42 @@ constexpr bool cuts_increasing() {
 }
 } // namespace detail
 
+/// The ZeRO stage of the data-parallel split (Rajbhandari et al. 2020, "ZeRO: memory
+/// optimizations toward training trillion parameter models"): 0 replicates the optimizer on
+/// every data-parallel rank, 1 shards the optimizer state and update, 2 also the reduced
+/// gradients. A modifier of data<D, zero<S>>, not a policy of its own: it splits nothing else.
+template <int S>
+struct zero {
+  static_assert(S >= 0 && S <= 2,
+                "tessera::parallel::zero<S>: the ZeRO stage S must be 0 (nothing sharded), 1 "
+                "(optimizer state sharded) or 2 (optimizer state and gradients sharded); stage 3 "
+                "(sharded parameters) is not implemented");
+  static constexpr int stage = S;
+};
+
+namespace detail {
+template <class T>
+struct is_zero : std::false_type {};
+template <int S>
+struct is_zero<zero<S>> : std::true_type {};
+} // namespace detail
+
 /// Data parallelism over D replicas (D >= 1), or over as many as the world holds: data<dyn>
 /// (tessera::dyn), D = world size / (tensor x pipeline), read by parallel::mesh at run time.
-template <int D>
+/// Z = zero<S> picks the ZeRO stage of the optimizer over those replicas (default zero<0>).
+template <int D, class Z = zero<0>>
 struct data {
+  static_assert(detail::is_zero<Z>::value,
+                "tessera::parallel::data<D, Z>: Z must be tessera::parallel::zero<S> (S = 0, 1 "
+                "or 2)");
   static_assert(D >= 1 || D == dyn,
                 "tessera::parallel::data<D>: the data-parallel size D must be at least 1, or "
                 "tessera::dyn to take it from the world size at run time");
   /// D, or dyn (-1) for data<dyn>.
   static constexpr int size = D;
   static constexpr parallel::axis axis = parallel::axis::data;
+  /// The ZeRO stage (0, 1 or 2).
+  static constexpr int zero_stage = Z::stage;
 };
 
 /// Tensor (intra-layer) parallelism over T ranks (T >= 1).
@@ -108,8 +139,8 @@ struct pipeline {
 
 template <class T>
 struct is_policy : std::false_type {};
-template <int D>
-struct is_policy<data<D>> : std::true_type {};
+template <int D, class Z>
+struct is_policy<data<D, Z>> : std::true_type {};
 template <int T>
 struct is_policy<tensor<T>> : std::true_type {};
 template <int P, class C>

@@ -15,6 +15,11 @@
 ///         auto whole = stage.gather_parameters();  // by name, as the single-process model's
 ///       });
 ///
+/// Under a ZeRO stage (plan<data<D, zero<S>>, ...>: parallel/zero.hpp) the optimizer is made by
+/// the stage, `auto z = stage.make_optimizer(train::adamw{...}); z.step(exec);` (it works for
+/// zero<0> too, unsharded). At stage 2 forward_backward does not all-reduce the gradients:
+/// z.step reduce-scatters them, so a plain opt.step(exec, stage.parameters()) would be wrong.
+///
 /// The stage type depends on the rank's pipeline coordinate, a run-time value: with_plan_stage
 /// instantiates every stage and calls f with the one of this rank (f is a generic lambda).
 ///
@@ -27,9 +32,11 @@
 #include <tessera/parallel/mesh.hpp>
 #include <tessera/parallel/pipeline.hpp>
 #include <tessera/parallel/tensor_parallel.hpp>
+#include <tessera/parallel/zero.hpp>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -48,6 +55,9 @@ template <Plan P, class Model, class Schedule, int MicroBatches, Communicator C,
           class Wire = float>
 class plan_stage {
   static_assert(MicroBatches >= 1, "tessera::parallel::plan_stage: at least one micro-batch");
+  static_assert(P::zero_stage < 2 || std::is_same_v<Wire, float>,
+                "tessera::parallel::plan_stage: ZeRO stage 2 reduce-scatters fp32 gradients; a "
+                "bf16 gradient wire is only for the all-reduce of stages 0 and 1");
 
 public:
   static constexpr int stage_index = S;
@@ -60,24 +70,42 @@ public:
   using stage_type = pipeline_stage<split_model, bounds::value[S], bounds::value[S + 1]>;
   using memory_space = nn::detail::default_memory_space;
   using buckets_type = gradient_buckets<C, memory_space, Wire>;
+  /// The ZeRO stage of the plan's data split.
+  static constexpr int zero_stage = P::zero_stage;
 
   /// Layers initialised as Model(seed)'s, sliced for this rank's tensor coordinate.
   plan_stage(parallel::mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes)
-      : mesh_(&m), group_(m.tensor), stage_(seed),
-        buckets_(m.data, stage_.parameters(), bucket_bytes) {
+      : mesh_(&m), group_(m.tensor), stage_(seed) {
+    if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
+    (void)bucket_bytes;
     bind_tensor_group(stage_, group_);
   }
 
   stage_type& stage() noexcept { return stage_; }
   /// The plan's mesh this stage runs on.
   parallel::mesh<P, C>& mesh() noexcept { return *mesh_; }
-  buckets_type& buckets() noexcept { return buckets_; }
+  /// The gradient all-reduce buckets (not at ZeRO stage 2, which has none).
+  buckets_type& buckets() noexcept requires(zero_stage < 2) { return *buckets_; }
   const tensor_group& tensor() const noexcept { return group_; }
   /// Where this stage's time went in the last forward_backward on the pipeline path (more than
   /// one stage or micro-batch; zeros otherwise).
   const pipeline_stats& last_pipeline_stats() const noexcept { return stats_; }
   /// This rank's parameters (shards), named as the single-process model's.
   auto parameters() const { return stage_.parameters(); }
+
+  /// The optimizer of the plan's ZeRO stage over this rank's data group, wrapping `opt` (its
+  /// hyper-parameters; no steps yet): parallel::sharded_optimizer (parallel/zero.hpp).
+  template <class Optimizer>
+  auto make_optimizer(Optimizer opt) const {
+    return sharded_optimizer<zero_stage, Optimizer, C>(mesh_->data, stage_.parameters(),
+                                                       std::move(opt));
+  }
+  /// The bytes this rank holds for training with `opt` (from make_optimizer): zero_memory, the
+  /// gradient buckets' buffers counted as the reduced gradients at stages 0 and 1.
+  template <class Optimizer>
+  zero_memory memory(const sharded_optimizer<zero_stage, Optimizer, C>& opt) const {
+    return opt.memory(buckets_ ? buckets_->buffer_bytes() : 0);
+  }
 
   /// Forward and backward of this rank's share (B samples, B a multiple of MicroBatches) on the
   /// schedule, gradients then averaged over the data group: afterwards every parameter's grad
@@ -92,13 +120,18 @@ public:
       const auto y = stage_.forward(exec, x);
       const auto result = loss.forward_backward(exec, y, labels, grad_scale);
       l = result.loss;
-      backward_overlapped(exec, stage_, result.dlogits, buckets_);
+      if constexpr (zero_stage < 2) {
+        backward_overlapped(exec, stage_, result.dlogits, *buckets_);
+      } else {
+        no_buckets none;
+        backward_overlapped(exec, stage_, result.dlogits, none);
+      }
     } else {
       using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
       l = run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(
           exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
     }
-    buckets_.finish(exec);
+    if constexpr (zero_stage < 2) buckets_->finish(exec); // stage 2: sharded_optimizer::step
     return global_mean(l);
   }
 
@@ -151,6 +184,12 @@ public:
   }
 
 private:
+  /// Stage 2's stand-in for the buckets in backward_overlapped: marks nothing.
+  struct no_buckets {
+    template <class Exec, class Param>
+    void mark_ready(const Exec&, const Param&) {}
+  };
+
   float global_mean(float l) {
     if constexpr (stages > 1) mesh_->pipeline.broadcast(&l, 1, stages - 1);
     if (mesh_->shape.data > 1) {
@@ -163,7 +202,7 @@ private:
   parallel::mesh<P, C>* mesh_;
   tensor_group group_;
   stage_type stage_;
-  buckets_type buckets_;
+  std::optional<buckets_type> buckets_; // none at ZeRO stage 2
   pipeline_stats stats_{};
 };
 

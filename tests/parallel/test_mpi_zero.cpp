@@ -1,0 +1,326 @@
+// ZeRO stages 1 and 2 (parallel/zero.hpp) against the unsharded data-parallel run (stage 0:
+// the same plan, the optimizer stepping whole parameters), for several steps of AdamW and SGD
+// with momentum on the MLP and FashionCNN of nn_run.hpp, under data<dyn> alone and with
+// tensor<2> or pipeline<2> where the world size allows. Run at 1, 2, 3, 4 and 8 ranks (3: an
+// odd data degree, shards of unequal sizes).
+//
+// Bounds. Stage 1 all-reduces exactly as stage 0 and updates each element with the same
+// arithmetic: bit-identical (max |w1 - w0| == 0), checked. Stage 2 sums each gradient over the
+// data group with MPI_Reduce_scatter_block instead of MPI_Allreduce, whose order of the D terms
+// may differ: bit-identical for D <= 2 (two terms commute), checked; else each averaged gradient
+// within ~D ulps of the sum of |g_r|. SGD carries that into the weights as lr x (a few 2^-24
+// relative): measured 1.5e-8 at D = 4 and 8. AdamW divides by sqrt(v): where the ranks'
+// gradients nearly cancel, an ulp-level change of the sum is a large relative one, and the
+// update (at most lr = 1e-3 per step) can move by a visible fraction of lr: measured 1.2e-6 (D =
+// 3), 1.8e-6 (D = 4), 3.5e-6 (D = 8) on FashionCNN after 3 steps. The check uses 1e-5 (AdamW's
+// worst case, lr x steps = 3e-3, is not a useful bound; this one is empirical and stated as
+// such). A wrong shard, offset or missed reduction moves SGD weights by lr |g| ~ 1e-3 and breaks
+// the bit-identity of stage 1 and of D <= 2.
+#include "nn_run.hpp"
+
+#include <tessera/parallel/mpi.hpp>
+#include <tessera/parallel/zero.hpp>
+#include <tessera/train/adamw.hpp>
+#include <tessera/train/grad_clip.hpp>
+#include <tessera/train/loss_scaler.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+using namespace tessera_test;
+namespace tp = tessera::parallel;
+
+namespace {
+
+constexpr int any = int(tessera::dyn);
+constexpr float stage2_bound = 1e-5f;
+
+struct zero_run {
+  std::map<std::string, std::vector<float>> values; // whole, by name (gathered over tensor)
+  tp::zero_memory memory;
+  tp::shard_layout layout;
+  int data_rank = 0;
+  bool ran = false;
+};
+
+/// Steps of Model under plan<data<dyn, zero<S>>, Extra...> with the optimizer `opt` made by
+/// the stage (sharded_optimizer); M micro-batches with a pipeline, else 1.
+template <class Model, int S, class Optimizer, class... Extra>
+zero_run train_zero(const Optimizer& opt, const run_options& o) {
+  using Plan = tp::plan<tp::data<any, tp::zero<S>>, Extra...>;
+  constexpr int M = Plan::pipeline_size > 1 ? 2 : 1;
+  auto world = tp::mpi_communicator::world();
+  zero_run out;
+  if (!Plan::fits(world.size())) return out;
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  REQUIRE(o.global_batch % (mesh.shape.data * M) == 0);
+  tp::with_plan_stage<Plan, Model, tp::one_f_one_b, M>(
+      mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+        static_assert(std::remove_cvref_t<decltype(stage)>::zero_stage == S);
+        auto z = stage.make_optimizer(opt);
+        nn::SoftmaxCrossEntropy loss;
+        const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+        for (int step = 0; step < o.steps; ++step) {
+          auto x = make_input<Model>(share);
+          Kokkos::View<int*> labels("labels", share);
+          fill_batch(step, first, x, labels);
+          stage.forward_backward(exec, x, labels, loss);
+          z.step(exec);
+        }
+        out.memory = stage.memory(z);
+        out.layout = z.layout();
+        out.values = stage.gather_parameters();
+      });
+  out.data_rank = mesh.at.data;
+  out.ran = true;
+  return out;
+}
+
+float max_diff(const zero_run& a, const zero_run& b) {
+  float d = 0;
+  REQUIRE(a.values.size() == b.values.size());
+  for (const auto& [name, v] : a.values) {
+    const auto it = b.values.find(name);
+    REQUIRE(it != b.values.end());
+    REQUIRE(it->second.size() == v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) d = std::max(d, std::fabs(v[i] - it->second[i]));
+  }
+  float worst = d;
+  MPI_Allreduce(&d, &worst, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+/// The memory of a run checked against the shard sizes and the formula: K = 4 * slots bytes
+/// of optimizer state per parameter.
+void check_memory(const zero_run& r, int stage, int slots) {
+  const tp::zero_memory& m = r.memory;
+  const std::int64_t n = m.parameters;
+  const int d = m.data;
+  INFO("stage " << stage << ", D " << d << ", N " << n);
+  CHECK(m.stage == stage);
+  CHECK(m.parameter_bytes == std::size_t(4 * n));
+  CHECK(m.local_gradient_bytes == std::size_t(4 * n));
+  CHECK(r.layout.elements == n);
+  const std::int64_t mine = stage == 0 ? n : r.layout.size(r.data_rank);
+  // The optimizer state: exactly the slots of this rank's shard.
+  CHECK(m.optimizer_bytes == std::size_t(4 * slots * mine));
+  // The reduced gradients: the buckets' fp32 buffers (whole) at stages 0 and 1, the padded
+  // reduce-scatter shard at stage 2.
+  CHECK(m.gradient_bytes == std::size_t(stage == 2 ? 4 * ((n + d - 1) / d) : 4 * n));
+  // Balanced: shards differ by at most one element and cover N.
+  if (stage > 0) {
+    std::int64_t total = 0, lo = n, hi = 0;
+    for (int q = 0; q < d; ++q) {
+      total += r.layout.size(q);
+      lo = std::min(lo, r.layout.size(q));
+      hi = std::max(hi, r.layout.size(q));
+    }
+    CHECK(total == n);
+    CHECK(hi - lo <= 1);
+  }
+  // Per parameter against the formula: equal up to the rounding of N / D to whole elements (at
+  // most one element per sharded buffer: (K + 4) / N bytes per parameter).
+  const double formula = tp::zero_bytes_per_parameter(stage, d, 4 * slots);
+  CHECK(std::fabs(m.per_parameter() - formula) <= double(4 * slots + 4) / double(n) + 1e-12);
+}
+
+template <class Model, class Optimizer, class... Extra>
+int check_stages(const char* what, const Optimizer& opt, int slots, const run_options& o) {
+  const zero_run s0 = train_zero<Model, 0, Optimizer, Extra...>(opt, o);
+  if (!s0.ran) return 0;
+  const zero_run s1 = train_zero<Model, 1, Optimizer, Extra...>(opt, o);
+  const zero_run s2 = train_zero<Model, 2, Optimizer, Extra...>(opt, o);
+  const int d = s0.memory.data;
+  const float d1 = max_diff(s1, s0), d2 = max_diff(s2, s0);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::string plan_name = tp::plan<tp::data<any>, Extra...>::name();
+  if (rank == 0)
+    WARN(what << " " << plan_name << " D=" << d << ": max |w_stage1 - w_unsharded| = " << d1
+              << ", max |w_stage2 - w_unsharded| = " << d2);
+  INFO(what << " D=" << d);
+  CHECK(d1 == 0.f);
+  if (d <= 2)
+    CHECK(d2 == 0.f);
+  else
+    CHECK(d2 <= stage2_bound);
+  check_memory(s0, 0, slots);
+  check_memory(s1, 1, slots);
+  check_memory(s2, 2, slots);
+  return 1;
+}
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("zero: shard_layout is balanced, contiguous and covers every element", "[parallel]") {
+  for (std::int64_t n : {0, 1, 5, 7, 64, 1001})
+    for (int d : {1, 2, 3, 4, 7, 8}) {
+      const tp::shard_layout l{n, d};
+      std::int64_t covered = 0;
+      for (int q = 0; q < d; ++q) {
+        CHECK(l.begin(q) == covered);
+        CHECK(l.size(q) <= l.chunk());
+        CHECK(l.size(q) >= n / d);
+        covered = l.end(q);
+      }
+      CHECK(covered == n);
+      // for_each_owner over an arbitrary range visits exactly its elements, by their owners.
+      std::vector<int> owner(std::size_t(n), -1);
+      l.for_each_owner(n / 3, n - n / 5, [&](int q, std::int64_t a, std::int64_t b) {
+        for (std::int64_t i = a; i < b; ++i) owner[std::size_t(i)] = q;
+      });
+      for (std::int64_t i = 0; i < n; ++i) {
+        const bool inside = i >= n / 3 && i < n - n / 5;
+        const int expected = inside ? [&] {
+          int q = 0;
+          while (l.end(q) <= i) ++q;
+          return q;
+        }()
+                                    : -1;
+        CHECK(owner[std::size_t(i)] == expected);
+      }
+    }
+}
+
+TEST_CASE("zero: the formulas", "[parallel]") {
+  // The ZeRO paper's mixed-precision Adam: 16, 4 + 12/D, 2 + 14/D (K = 8: m and v).
+  for (int d : {1, 2, 4, 8, 64}) {
+    CHECK(tp::zero_paper_bytes_per_parameter(0, d, 8) == 16.0);
+    CHECK(tp::zero_paper_bytes_per_parameter(1, d, 8) == 4.0 + 12.0 / d);
+    CHECK(tp::zero_paper_bytes_per_parameter(2, d, 8) == 2.0 + 14.0 / d);
+    CHECK(tp::zero_bytes_per_parameter(0, d, 8) == 16.0);
+    CHECK(tp::zero_bytes_per_parameter(1, d, 8) == 8.0 + 8.0 / d);
+    CHECK(tp::zero_bytes_per_parameter(2, d, 8) == 4.0 + 12.0 / d);
+    CHECK(tp::zero_bytes_per_parameter(2, d, 4) == 4.0 + 8.0 / d);
+  }
+  CHECK(tp::zero_formula_text(1, 8, true) == "2 + 2 + 12/D");
+  CHECK(tp::zero_formula_text(2, 8, true) == "2 + 14/D");
+  CHECK(tp::zero_formula_text(2, 8) == "4 + 12/D");
+  CHECK(tp::zero_formula_text(0, 4) == "12");
+}
+
+TEST_CASE("zero: stages 1 and 2 equal the unsharded run, MLP", "[parallel]") {
+  const run_options o{.global_batch = 24, .steps = 5};
+  const tessera::train::adamw adam{.lr = 1e-3f, .weight_decay = 0.01f};
+  const tessera::train::adamw adam_m{
+      .lr = 1e-3f, .weight_decay = 0.1f, .decay_on = tessera::train::decay_rule::matrices};
+  const tessera::train::sgd sgd{.lr = 0.05f, .momentum = 0.9f};
+  int ran = 0;
+  ran += check_stages<MLP<tessera::fp32>>("MLP AdamW", adam, 2, o);
+  ran += check_stages<MLP<tessera::fp32>>("MLP AdamW decay on matrices", adam_m, 2, o);
+  ran += check_stages<MLP<tessera::fp32>>("MLP SGD momentum", sgd, 1, o);
+  ran += check_stages<MLP<tessera::fp32>, tessera::train::adamw, tp::tensor<2>>("MLP AdamW", adam,
+                                                                                2, o);
+  ran +=
+      check_stages<MLP<tessera::fp32>, tessera::train::sgd, tp::pipeline<2>>("MLP SGD", sgd, 1, o);
+  const int n = world_size();
+  CHECK(ran == 3 + (n % 2 == 0 ? 2 : 0));
+}
+
+TEST_CASE("zero: stages 1 and 2 equal the unsharded run, FashionCNN", "[parallel]") {
+  const run_options o{.global_batch = 24, .steps = 3};
+  const tessera::train::adamw adam{.lr = 1e-3f, .weight_decay = 0.01f};
+  const tessera::train::sgd sgd{.lr = 0.05f, .momentum = 0.9f};
+  int ran = 0;
+  ran += check_stages<FashionCNN<tessera::fp32>>("FashionCNN AdamW", adam, 2, o);
+  ran += check_stages<FashionCNN<tessera::fp32>, tessera::train::sgd, tp::tensor<2>>(
+      "FashionCNN SGD", sgd, 1, o);
+  CHECK(ran == 1 + (world_size() % 2 == 0 ? 1 : 0));
+}
+
+TEST_CASE("zero: stage 0 is the plain optimizer step of the plan runner", "[parallel]") {
+  // sharded_optimizer<0> must not change anything: bit-identical to opt.step(params).
+  const run_options o{.global_batch = 24, .steps = 4};
+  auto world = tp::mpi_communicator::world();
+  using Plan = tp::plan<tp::data<any>>;
+  const auto plain = train_plan<MLP<tessera::fp32>, Plan, tp::one_f_one_b, 1>(world, o);
+  const zero_run s0 =
+      train_zero<MLP<tessera::fp32>, 0>(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f}, o);
+  REQUIRE(plain.size() == s0.values.size());
+  for (const auto& [name, v] : plain) {
+    INFO(name);
+    CHECK(s0.values.at(name) == v);
+  }
+}
+
+namespace {
+/// One forward_backward of the MLP under plan<data<dyn, zero<S>>>, then the checks of `f(stage,
+/// z, mesh)`.
+template <int S, class F>
+void after_one_backward(F&& f) {
+  using Plan = tp::plan<tp::data<any, tp::zero<S>>>;
+  auto world = tp::mpi_communicator::world();
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  const run_options o{.global_batch = 24};
+  tp::with_plan_stage<Plan, MLP<tessera::fp32>>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+    auto z = stage.make_optimizer(tessera::train::adamw{.lr = 1e-3f});
+    nn::SoftmaxCrossEntropy loss;
+    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+    auto x = make_input<MLP<tessera::fp32>>(share);
+    Kokkos::View<int*> labels("labels", share);
+    fill_batch(0, first, x, labels);
+    stage.forward_backward(exec, x, labels, loss, 1024.f);
+    f(exec, stage, z, mesh);
+  });
+}
+} // namespace
+
+TEST_CASE("zero: a non-finite gradient on one rank skips the step on every rank", "[parallel]") {
+  const auto check = [](auto& exec, auto& stage, auto& z, auto& mesh) {
+    // The first gradient element becomes inf: at stage 2 on the last rank only (before the
+    // reduce-scatter, which brings it to the shard's owner, rank 0, alone); at stage 1 on every
+    // rank (as after an all-reduce). Only rank 0's shard holds it: every rank must skip.
+    constexpr int S = std::remove_cvref_t<decltype(z)>::stage;
+    bool first_param = true;
+    boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+      if (first_param && (S == 1 || mesh.at.data == mesh.shape.data - 1))
+        p.grad.data()[0] = std::numeric_limits<float>::infinity();
+      first_param = false;
+    });
+    const auto before = values_by_name(stage.parameters());
+    tessera::train::dynamic_scaler<> scaler;
+    const float scale0 = scaler.scale();
+    const bool applied = z.step(exec, scaler, mesh.world);
+    CHECK_FALSE(applied);
+    CHECK(z.steps() == 0);
+    CHECK(scaler.scale() < scale0);
+    CHECK(values_by_name(stage.parameters()) == before);
+  };
+  after_one_backward<1>(check);
+  after_one_backward<2>(check);
+}
+
+TEST_CASE("zero: the gradient norm is the norm of the whole averaged gradient", "[parallel]") {
+  // Reference: every local gradient all-reduced whole and averaged here, its norm in double.
+  const auto check = [](auto& exec, auto& stage, auto& z, auto& mesh) {
+    std::vector<float> g;
+    boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+      g.insert(g.end(), p.grad.data(), p.grad.data() + p.size());
+    });
+    constexpr int S = std::remove_cvref_t<decltype(z)>::stage;
+    if (S == 2) { // stage 1's buckets averaged already; stage 2's gradients are local
+      mesh.data.all_reduce_sum(g.data(), std::int64_t(g.size()));
+      for (float& v : g) v *= 1.0f / float(mesh.shape.data);
+    }
+    double sq = 0;
+    for (float v : g) sq += double(v) * double(v);
+    const double norm = z.grad_norm(exec);
+    CHECK(norm == Approx(std::sqrt(sq)).epsilon(1e-6));
+    // Clipping to half the norm halves it.
+    z.clip_grad_norm(exec, 0.5 * norm);
+    CHECK(z.grad_norm(exec) == Approx(0.5 * norm).epsilon(1e-5));
+  };
+  after_one_backward<1>(check);
+  after_one_backward<2>(check);
+}
