@@ -48,6 +48,13 @@ template <Plan P, class Model, class Schedule, int MicroBatches, Communicator C,
           class Wire = float>
 class plan_stage {
   static_assert(MicroBatches >= 1, "tessera::parallel::plan_stage: at least one micro-batch");
+  // Spelt through S so that only an instantiation, not the inclusion of this header, refuses.
+  static_assert(is_host_accessible_v<std::conditional_t<S >= 0, nn::detail::default_memory_space,
+                                                        Kokkos::HostSpace>>,
+                "tessera::parallel::plan_stage: a stage hands activations, gradients and logits "
+                "to the communicator and reads the logits on the host (device-aware MPI is not "
+                "assumed): plans need a host-accessible default memory space (a host build of "
+                "Kokkos).");
 
 public:
   static constexpr int stage_index = S;
