@@ -120,7 +120,7 @@ struct run {
 
   /// One training step; the steps in `inject` get an inf in dW.
   void step(const dataset& d, const std::vector<std::int64_t>& inject) {
-    const Kokkos::DefaultHostExecutionSpace exec{};
+    const auto exec = exec_space(); // the default space, where the parameters live
     // Forward with W fake-quantized to E4M3 by the delayed-scaling state.
     const auto wv = snapshot(w.value), bv = snapshot(b.value);
     const float sw = w_meta.scale<fp8_e4m3>();
@@ -513,7 +513,7 @@ TEST_CASE("save refuses duplicate parameter names and state of other parameters"
 TEST_CASE("round trip over parameters of many shapes (scalar, empty, prime, rank 4)",
           "[train][checkpoint]") {
   const scratch_dir dir("shapes");
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const auto exec = exec_space(); // the default space, where the parameters live
   auto make = [] {
     return hana::make_tuple(
         nn::parameter<extents<>>("scalar", {}), nn::parameter<extents<0, 3>>("empty", {}),
