@@ -63,6 +63,7 @@
 
 #include <tessera/data/idx.hpp>
 #include <tessera/nn.hpp>
+#include <tessera/tensor/host_mirror.hpp>
 #include <tessera/train/checkpoint.hpp>
 #include <tessera/train/loss_scaler.hpp>
 #include <tessera/train/sgd.hpp>
@@ -142,21 +143,31 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-/// The batch buffers (host-accessible memory: the OpenMP / Serial default space).
+/// The batch buffers in the default memory space (a GPU's in a device build) and their host
+/// mirrors, which the batch is written into and copied from (on a host build the mirrors are
+/// the buffers themselves and the copies do nothing). Made again only when the batch size
+/// changes, not per batch.
 struct batch_buffers {
-  tessera::Tensor<tessera::fp32, tessera::extents<dyn, 1, 28, 28>> x;
+  using x_type = tessera::Tensor<tessera::fp32, tessera::extents<dyn, 1, 28, 28>>;
+  x_type x;
+  tessera::host_mirror_t<x_type> hx;
   Kokkos::View<int*> y;
+  Kokkos::View<int*>::HostMirror hy;
   void fill(const dataset& d, const std::vector<index_t>& order, index_t begin, index_t end) {
     const index_t b = end - begin;
     if (x.extent(0) != b) {
-      x = decltype(x)("batch.x", b);
+      x = x_type("batch.x", b);
+      hx = tessera::host_mirror(x);
       y = Kokkos::View<int*>("batch.y", static_cast<std::size_t>(b));
+      hy = Kokkos::create_mirror_view(y);
     }
     for (index_t i = 0; i < b; ++i) {
       const index_t s = order[static_cast<std::size_t>(begin + i)];
-      std::memcpy(x.data() + i * 784, d.x.data() + s * 784, 784 * sizeof(float));
-      y(i) = d.y[static_cast<std::size_t>(s)];
+      std::memcpy(hx.data() + i * 784, d.x.data() + s * 784, 784 * sizeof(float));
+      hy(i) = d.y[static_cast<std::size_t>(s)];
     }
+    tessera::copy_from_host(x, hx);
+    Kokkos::deep_copy(y, hy);
   }
 };
 
@@ -171,12 +182,12 @@ double test_accuracy(Model& model, const Exec& exec, const dataset& test) {
   for (index_t b = 0; b < test.n; b += eval_batch) {
     const index_t e = std::min(test.n, b + eval_batch);
     buf.fill(test, order, b, e);
-    const auto logits = model.forward(exec, buf.x);
+    const auto logits = tessera::host_mirror_copy(model.forward(exec, buf.x));
     for (index_t i = 0; i < e - b; ++i) {
       index_t best = 0;
       for (index_t j = 1; j < 10; ++j)
         if (tessera::to_float(logits(i, j)) > tessera::to_float(logits(i, best))) best = j;
-      correct += best == buf.y(i) ? 1 : 0;
+      correct += best == buf.hy(i) ? 1 : 0;
     }
   }
   return 100.0 * static_cast<double>(correct) / static_cast<double>(test.n);
@@ -206,7 +217,8 @@ flat_masters flatten(const Params& params) {
   flat_masters f = layout_of(params);
   std::size_t k = 0;
   boost::hana::for_each(params, [&](const auto& p) {
-    std::memcpy(f.values.data() + f.offsets[k++], p.value.data(),
+    const auto host = tessera::host_mirror_copy(p.value);
+    std::memcpy(f.values.data() + f.offsets[k++], host.data(),
                 static_cast<std::size_t>(p.size()) * sizeof(float));
   });
   return f;

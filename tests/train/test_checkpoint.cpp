@@ -17,6 +17,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <boost/hana/at.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -118,7 +120,7 @@ struct run {
 
   /// One training step; the steps in `inject` get an inf in dW.
   void step(const dataset& d, const std::vector<std::int64_t>& inject) {
-    const Kokkos::DefaultHostExecutionSpace exec{};
+    const auto exec = exec_space(); // the default space, where the parameters live
     // Forward with W fake-quantized to E4M3 by the delayed-scaling state.
     const auto wv = snapshot(w.value), bv = snapshot(b.value);
     const float sw = w_meta.scale<fp8_e4m3>();
@@ -511,7 +513,7 @@ TEST_CASE("save refuses duplicate parameter names and state of other parameters"
 TEST_CASE("round trip over parameters of many shapes (scalar, empty, prime, rank 4)",
           "[train][checkpoint]") {
   const scratch_dir dir("shapes");
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const auto exec = exec_space(); // the default space, where the parameters live
   auto make = [] {
     return hana::make_tuple(
         nn::parameter<extents<>>("scalar", {}), nn::parameter<extents<0, 3>>("empty", {}),
@@ -693,4 +695,60 @@ TEST_CASE("absurd lengths in a corrupt file are refused before anything is alloc
     ++k;
   }
   REQUIRE(full_state(a) == before);
+}
+
+// Checkpoints stage parameter values and optimizer state through host buffers, so a file
+// written from parameters in one memory space loads into parameters in another. On a host build
+// both spaces are host memory; on a device build the default one is the device's.
+TEST_CASE("a checkpoint saved from HostSpace parameters loads into default-space ones and back",
+          "[train][checkpoint][memory]") {
+  const scratch_dir dir("spaces");
+  using dev_space = Kokkos::DefaultExecutionSpace::memory_space;
+  const auto host_params =
+      hana::make_tuple(train::parameter<extents<37, 5>, Kokkos::HostSpace>("w", {}),
+                       train::parameter<extents<11>, Kokkos::HostSpace>("b", {}));
+  const auto dev_params = hana::make_tuple(train::parameter<extents<37, 5>, dev_space>("w", {}),
+                                           train::parameter<extents<11>, dev_space>("b", {}));
+  randomize_params(host_params, 7);
+  randomize_params(dev_params, 8); // different values: the load must replace them all
+  train::sgd opt{.lr = 0.1f};
+  train::static_scaler scaler;
+  const train::run_state run{.step = 3, .epoch = 1, .data_seed = 5, .precision = "fp32"};
+  train::save_checkpoint(dir.path / "host.tsr", host_params, opt, scaler, run);
+
+  // to_host always copies into fresh host memory: an independent read of each space.
+  const auto values = [](const auto& params) {
+    std::vector<std::vector<float>> out;
+    hana::for_each(params, [&](const auto& p) {
+      const auto h = to_host(p.value);
+      out.emplace_back(h.data(), h.data() + h.size());
+    });
+    return out;
+  };
+  const auto saved = values(host_params);
+  REQUIRE(values(dev_params) != saved);
+  train::sgd opt2{.lr = 0.1f};
+  train::static_scaler scaler2;
+  train::run_state run2;
+  run2.precision = "fp32";
+  train::load_checkpoint(dir.path / "host.tsr", dev_params, opt2, scaler2, run2);
+  const auto loaded = values(dev_params);
+  REQUIRE(loaded.size() == saved.size());
+  for (std::size_t k = 0; k < saved.size(); ++k) REQUIRE(bitwise_equal(loaded[k], saved[k]));
+  REQUIRE(run2.step == 3);
+
+  // And back: saved from the default space, loaded into fresh HostSpace parameters.
+  fill_uniform(hana::at_c<0>(dev_params).value, 9, -2.f, 2.f);
+  train::save_checkpoint(dir.path / "dev.tsr", dev_params, opt2, scaler2, run2);
+  const auto host2 = hana::make_tuple(train::parameter<extents<37, 5>, Kokkos::HostSpace>("w", {}),
+                                      train::parameter<extents<11>, Kokkos::HostSpace>("b", {}));
+  train::sgd opt3{.lr = 0.1f};
+  train::static_scaler scaler3;
+  train::run_state run3;
+  run3.precision = "fp32";
+  train::load_checkpoint(dir.path / "dev.tsr", host2, opt3, scaler3, run3);
+  const auto dev_values = values(dev_params), host2_values = values(host2);
+  REQUIRE_FALSE(bitwise_equal(dev_values[0], saved[0])); // the refill changed w
+  for (std::size_t k = 0; k < dev_values.size(); ++k)
+    REQUIRE(bitwise_equal(host2_values[k], dev_values[k]));
 }

@@ -42,7 +42,10 @@
 
 namespace tessera::data {
 
-/// An IDX array of unsigned bytes: its dimensions and its elements, row-major.
+/// An IDX array of unsigned bytes: its dimensions and its elements, row-major, in host memory
+/// (a std::vector). To feed a tensor in any memory space (a GPU's included), write the
+/// converted elements into tessera::host_mirror(t) and copy_from_host(t, mirror)
+/// (tensor/host_mirror.hpp): on a host build the mirror is t itself and nothing is copied.
 struct idx_array {
   std::vector<std::int64_t> dims;
   std::vector<std::uint8_t> data;

@@ -26,6 +26,11 @@
 /// - Validation contexts: `count` contexts at the offsets floor(j (v - T - 1) / (count - 1)),
 ///   j = 0 .. count - 1 (v the validation split's length; offset 0 alone when count is 1).
 ///
+/// Everything here is host memory (std::string, std::vector): to feed ids to a model whose
+/// inputs live in a device memory space, fill a Kokkos::create_mirror_view of the input View
+/// and Kokkos::deep_copy it (examples/train_char_gpt.cpp's batch_views), or for a tensor
+/// tessera::host_mirror and copy_from_host (tensor/host_mirror.hpp).
+///
 /// Errors (tessera::value_error naming the directory, the file or the sizes): a missing path, a
 /// path that is not a directory, an unreadable file, a corpus with no matching file or no byte,
 /// a split shorter than one context of T + 1 ids, ids outside the vocabulary, a sampler over a

@@ -3,7 +3,9 @@
 /// The communicator concept every parallel plan runs on, and its single-process backend.
 ///
 /// A communicator is a group of `size()` processes, this one being `rank()`. Collectives are
-/// called by every member with the same counts; buffers are host memory. Element types are
+/// called by every member with the same counts; buffers are host memory (device-aware MPI is not
+/// assumed: data_parallel.hpp stages gradients through host buffers, and the pipeline and
+/// tensor-parallel paths refuse device memory at compile time). Element types are
 /// `float` and `tessera::bfloat16`; bf16 sums are computed in fp32 and rounded once to bf16
 /// (round to nearest even), so a bf16 all-reduce equals the fp32 all-reduce of the widened
 /// values, rounded.

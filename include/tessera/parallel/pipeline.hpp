@@ -28,6 +28,7 @@
 #include <tessera/parallel/communicator.hpp>
 #include <tessera/parallel/policies.hpp>
 #include <tessera/parallel/schedule.hpp>
+#include <tessera/tensor/host_mirror.hpp>
 #include <tessera/tensor/random.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -387,9 +388,11 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
   };
   static_assert(0 <= s && s < P && M >= 1,
                 "tessera::parallel::run_pipeline_stage: need 0 <= s < P stages and M >= 1");
-  static_assert(
-      Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename In::memory_space>::accessible,
-      "tessera::parallel::run_pipeline_stage: activations are sent from host memory");
+  static_assert(is_host_accessible_v<typename In::memory_space>,
+                "tessera::parallel::run_pipeline_stage: the stage's activations and gradients "
+                "are handed to the communicator, which reads host memory (device-aware MPI is "
+                "not assumed): run pipeline plans on tensors in a host-accessible memory space "
+                "(a host build of Kokkos, or a HostSpace / pinned / managed memory space).");
   const index_t batch = index_t(labels.extent(0));
   if (batch % M != 0)
     throw value_error("tessera::parallel::run_pipeline_stage: the batch of " +

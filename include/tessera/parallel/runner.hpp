@@ -58,6 +58,13 @@ class plan_stage {
   static_assert(P::zero_stage < 2 || std::is_same_v<Wire, float>,
                 "tessera::parallel::plan_stage: ZeRO stage 2 reduce-scatters fp32 gradients; a "
                 "bf16 gradient wire is only for the all-reduce of stages 0 and 1");
+  // Spelt through S so that only an instantiation, not the inclusion of this header, refuses.
+  static_assert(is_host_accessible_v<std::conditional_t<S >= 0, nn::detail::default_memory_space,
+                                                        Kokkos::HostSpace>>,
+                "tessera::parallel::plan_stage: a stage hands activations, gradients and logits "
+                "to the communicator and reads the logits on the host (device-aware MPI is not "
+                "assumed): plans need a host-accessible default memory space (a host build of "
+                "Kokkos).");
 
 public:
   static constexpr int stage_index = S;

@@ -51,6 +51,7 @@
 
 #include <tessera/nn.hpp>
 #include <tessera/parallel/communicator.hpp>
+#include <tessera/tensor/host_mirror.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <boost/hana/for_each.hpp>
@@ -142,16 +143,16 @@ inline void assemble_shards(const float* gathered, float* full, const shard_spec
 /// The values of a parameter tensor as a host vector.
 template <class Tensor>
 std::vector<float> host_values(const Tensor& t) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.kokkos_view());
+  const auto h = host_mirror_copy(t);
   return std::vector<float>(h.data(), h.data() + t.size());
 }
 
 /// Writes host values into a parameter tensor.
 template <class Tensor>
 void set_values(const Tensor& t, const float* values) {
-  auto h = Kokkos::create_mirror_view(Kokkos::HostSpace{}, t.kokkos_view());
+  const auto h = host_mirror(t);
   std::copy(values, values + t.size(), h.data());
-  Kokkos::deep_copy(t.kokkos_view(), h);
+  copy_from_host(t, h);
 }
 
 /// Each parameter of `layer` set to shard t of the matching parameter of `whole` (a layer of
@@ -199,15 +200,20 @@ struct group_sum {
   const tensor_group* group;
   template <class Exec>
   void operator()(const Exec& exec, float* sums, index_t n) const {
+    // The sums live in the shard layers' memory (nn's default memory space); spelt through
+    // Exec so that only a use, not the inclusion of this header, refuses device memory.
+    using M = std::conditional_t<std::is_void_v<Exec>, void, nn::detail::default_memory_space>;
+    static_assert(is_host_accessible_v<M>,
+                  "tessera::parallel: a tensor-parallel layer sums its partial results over the "
+                  "tensor group through the communicator, which reads host memory (device-aware "
+                  "MPI is not assumed): tensor plans need a host-accessible default memory space "
+                  "(a host build of Kokkos).");
     exec.fence();
     group->all_reduce_sum(sums, n);
   }
 };
 
 using tp_memory_space = nn::detail::default_memory_space;
-static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, tp_memory_space>::accessible,
-              "tessera::parallel: tensor-parallel layers hand activation buffers to the "
-              "communicator, which needs host-accessible memory");
 
 /// What the four shard layers share: the nn layer computing this rank's shard (Inner), the
 /// group, slicing the whole layer's initialisation (Whole, fp32, the same seed), and the pass
