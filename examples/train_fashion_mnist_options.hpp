@@ -33,6 +33,7 @@ struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint, resume;
   bool progress = true;
+  bool recompute = false; // --recompute: nn::Recompute segments (one process only)
   std::string plan;                                      // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
@@ -48,7 +49,7 @@ inline const char* usage_text() {
   return "usage: train_fashion_mnist [--precision fp32|bf16|fp16|fp8] [--epochs N (1..1000000)] "
          "[--threads N (0..4096, 0: default)] [--limit N | --full] [--test-limit N] "
          "[--batch N (1..1000000)] [--lr X (finite, > 0)] [--seed N] [--data DIR] "
-         "[--checkpoint FILE] [--resume FILE] [--no-progress] "
+         "[--checkpoint FILE] [--resume FILE] [--no-progress] [--recompute] "
          "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; under mpiexec -n "
          "D*T*P)] "
          "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)]";
@@ -200,6 +201,8 @@ inline options parse_options(int argc, const char* const* argv) {
       o.resume = nonempty(next());
     } else if (a == "--no-progress") {
       o.progress = false;
+    } else if (a == "--recompute") {
+      o.recompute = true;
     } else if (a == "--plan") {
       o.plan = nonempty(next());
     } else if (a == "--collective-timeout") {
@@ -216,6 +219,11 @@ inline options parse_options(int argc, const char* const* argv) {
     if (!seen_epochs) o.epochs = 3;
   }
   if (!o.plan.empty()) detail::parse_plan(o);
+  if (o.recompute && !o.plan.empty())
+    throw usage_error("--recompute runs in one process: it does not combine with --plan yet");
+  if (o.recompute && (!o.checkpoint.empty() || !o.resume.empty()))
+    throw usage_error("--recompute does not combine with --checkpoint / --resume (the wrapped "
+                      "model's parameter names differ)");
   return o;
 }
 
