@@ -107,9 +107,9 @@ using FashionCNN =
 /// weights are copied from FashionCNN<P>(seed), whose seeds per layer differ).
 template <class P>
 using FashionCNNRecompute = nn::Sequential<
-    nn::Recompute<nn::Sequential<nn::Input<1, 28, 28>,
-                                 nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>, nn::ReLU,
-                                 nn::MaxPool2d<2>>>,
+    nn::Recompute<
+        nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>,
+                       nn::ReLU, nn::MaxPool2d<2>>>,
     nn::Recompute<nn::Sequential<nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}, P>, nn::ReLU,
                                  nn::MaxPool2d<2>>>,
     nn::Flatten, nn::Recompute<nn::Sequential<nn::Linear<3136, 128, P>, nn::ReLU>>,
@@ -303,9 +303,11 @@ int run(const options& o) {
       buf.fill(train_set, order, b, e);
       const auto logits = model.forward(exec, buf.x);
       if (steps == 0 && epoch == static_cast<int>(state.epoch) + 1)
-        std::fprintf(stderr, "[train] saved activations between forward and backward: %zu bytes "
-                     "per step of %ld images (%s)\n", nn::saved_activation_bytes(model),
-                     long(e - b), Recompute ? "--recompute" : "no recomputation");
+        std::fprintf(stderr,
+                     "[train] saved activations between forward and backward: %zu bytes "
+                     "per step of %ld images (%s)\n",
+                     nn::saved_activation_bytes(model), long(e - b),
+                     Recompute ? "--recompute" : "no recomputation");
       const float s = scaled ? scaler.scale() : 1.f;
       const auto [l, dlogits] = loss.forward_backward(exec, logits, buf.y, s);
       model.backward(exec, dlogits);

@@ -34,7 +34,7 @@ struct options {
   std::string checkpoint, resume;
   bool progress = true;
   bool recompute = false; // --recompute: nn::Recompute segments (one process only)
-  std::string plan;                                      // "" : one process, no MPI
+  std::string plan;       // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
 };

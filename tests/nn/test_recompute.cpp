@@ -97,6 +97,7 @@ void check_same_fp8_states(A& u, B& w) {
       CHECK(a->history() == b->history());
       CHECK(a->scale_amax() == b->scale_amax());
     };
+    (void)one; // (no states outside fp8)
     (one(boost::hana::at_c<I>(su), boost::hana::at_c<I>(sw)), ...);
   }
   (std::make_index_sequence<n>{});
@@ -112,8 +113,7 @@ void compare_runs(U& u, W& w, const InExt& in_ext, std::size_t want_u, std::size
   using act = nn::activation_t<P>;
   for (int s = 0; s < steps; ++s) {
     INFO("step " << s);
-    const auto x =
-        tensor_from<act>(uniform_values(std::size_t(in_ext.size()), 100 + s), in_ext);
+    const auto x = tensor_from<act>(uniform_values(std::size_t(in_ext.size()), 100 + s), in_ext);
     const auto yu = u.forward(exec_space(), x);
     const auto yw = w.forward(exec_space(), x);
     CHECK(bits_equal(yu, yw));
@@ -169,8 +169,7 @@ void mlp_case() {
   // Wrapped: the two kept inputs (x; the first segment's output), the second segment's output
   // kept alive by the last Linear's reference (or that Linear's operand copy), and that
   // Linear's own output and scratch.
-  const std::size_t want_w =
-      B * In * a + B * H * a + B * H * (S::ref ? a : o) + B * O * (a + sc);
+  const std::size_t want_w = B * In * a + B * H * a + B * H * (S::ref ? a : o) + B * O * (a + sc);
   REQUIRE(want_w < want_u);
   U u(1);
   W w(2);
@@ -187,10 +186,9 @@ void cnn_case() {
   using L = nn::Linear<8 * 3 * 3, 10, P>;
   using U = nn::Sequential<nn::Input<1, 12, 12>, C1, nn::ReLU, nn::MaxPool2d<2>, C2, nn::ReLU,
                            nn::MaxPool2d<2>, nn::Flatten, L>;
-  using W =
-      nn::Sequential<nn::Recompute<nn::Sequential<nn::Input<1, 12, 12>, C1, nn::ReLU,
-                                                  nn::MaxPool2d<2>>>,
-                     nn::Recompute<nn::Sequential<C2, nn::ReLU, nn::MaxPool2d<2>>>, nn::Flatten, L>;
+  using W = nn::Sequential<
+      nn::Recompute<nn::Sequential<nn::Input<1, 12, 12>, C1, nn::ReLU, nn::MaxPool2d<2>>>,
+      nn::Recompute<nn::Sequential<C2, nn::ReLU, nn::MaxPool2d<2>>>, nn::Flatten, L>;
   using S = sizes<P>;
   const std::size_t a = S::a, o = S::o, sc = S::scratch;
   const std::size_t x = B * 1 * 12 * 12, c1 = B * 4 * 12 * 12, p1 = B * 4 * 6 * 6,
@@ -245,23 +243,41 @@ void gpt_case() {
 } // namespace
 
 TEST_CASE("nn::Recompute: MLP gradients bit-identical, fewer saved bytes", "[nn][recompute]") {
-  SECTION("fp32") { mlp_case<fp32>(); }
-  SECTION("bf16") { mlp_case<bf16>(); }
-  SECTION("fp8") { mlp_case<fp8d>(); }
+  SECTION("fp32") {
+    mlp_case<fp32>();
+  }
+  SECTION("bf16") {
+    mlp_case<bf16>();
+  }
+  SECTION("fp8") {
+    mlp_case<fp8d>();
+  }
 }
 
 TEST_CASE("nn::Recompute: conv stack gradients bit-identical, fewer saved bytes",
           "[nn][recompute]") {
-  SECTION("fp32") { cnn_case<fp32>(); }
-  SECTION("bf16") { cnn_case<bf16>(); }
-  SECTION("fp8") { cnn_case<fp8d>(); }
+  SECTION("fp32") {
+    cnn_case<fp32>();
+  }
+  SECTION("bf16") {
+    cnn_case<bf16>();
+  }
+  SECTION("fp8") {
+    cnn_case<fp8d>();
+  }
 }
 
 TEST_CASE("nn::Recompute: GPT block gradients bit-identical, fewer saved bytes",
           "[nn][recompute]") {
-  SECTION("fp32") { gpt_case<fp32>(); }
-  SECTION("bf16") { gpt_case<bf16>(); }
-  SECTION("fp8") { gpt_case<fp8d>(); }
+  SECTION("fp32") {
+    gpt_case<fp32>();
+  }
+  SECTION("bf16") {
+    gpt_case<bf16>();
+  }
+  SECTION("fp8") {
+    gpt_case<fp8d>();
+  }
 }
 
 TEST_CASE("nn::Recompute: fp8 amax histories advance once per step", "[nn][recompute]") {

@@ -236,8 +236,8 @@ void copy_parameter_values(const From& from, const To& to) {
   constexpr std::size_t n = decltype(boost::hana::length(a))::value;
   if constexpr (n != decltype(boost::hana::length(b))::value) {
     throw shape_error("tessera::nn::copy_parameter_values: the models have " + std::to_string(n) +
-                      " and " +
-                      std::to_string(decltype(boost::hana::length(b))::value) + " parameters");
+                      " and " + std::to_string(decltype(boost::hana::length(b))::value) +
+                      " parameters");
   } else {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       const auto one = [](const auto& p, const auto& q) {

@@ -227,7 +227,8 @@ public:
 
   /// nn/layer.hpp: every layer's kept activations (see nn::activation_ledger).
   void count_activations(activation_ledger& l) const {
-    boost::hana::for_each(layers_, [&](const auto& layer) { detail::count_activations_of(layer, l); });
+    boost::hana::for_each(layers_,
+                          [&](const auto& layer) { detail::count_activations_of(layer, l); });
   }
   /// nn/layer.hpp: every layer frees its kept activations; backward then needs a forward.
   void release_activations() {
