@@ -33,8 +33,9 @@ struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint, resume;
   bool progress = true;
-  bool recompute = false; // --recompute: nn::Recompute segments (one process only)
-  std::string plan;       // "" : one process, no MPI
+  // --recompute: nn::Recompute segments (one process only)
+  bool recompute = false;
+  std::string plan;                                      // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
 };
