@@ -163,7 +163,7 @@ TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {
   REQUIRE_THROWS_AS(fashion::parse_options(3, argv), fashion::usage_error);
 }
 
-TEST_CASE("--recompute: a switch, one process only", "[examples][options]") {
+TEST_CASE("the recompute flag: a switch, one process only", "[examples][options]") {
   CHECK_FALSE(parse({}).recompute);
   CHECK(parse({"--recompute"}).recompute);
   CHECK(parse({"--recompute", "--precision", "fp8"}).recompute);
