@@ -22,6 +22,13 @@
 // --collective-timeout SECONDS (default 300, 0: forever) in one collective or transfer names the
 // ranks that did not arrive and ends the job.
 //
+// --recompute (one process; not with --plan, --checkpoint or --resume yet) wraps the two conv
+// blocks and the hidden Linear block in nn::Recompute segments (tessera/nn/recompute.hpp): each
+// keeps only its input between forward and backward and re-runs its forward during backward. The
+// weights start as without it (copied from the unwrapped model) and train to the same bits (the
+// "masters fnv1a" hash below). Either way the first step prints the bytes of activations the
+// model keeps between forward and backward (nn::saved_activation_bytes).
+//
 // Every flag's value is checked whole and range-checked (train_fashion_mnist_options.hpp); a bad
 // one prints what is wrong and the usage line and exits with code 2.
 //
@@ -104,6 +111,19 @@ using FashionCNN =
                    nn::ReLU, nn::MaxPool2d<2>, nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}, P>,
                    nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128, P>, nn::ReLU,
                    nn::Linear<128, 10, P>>;
+
+/// FashionCNN with activation recomputation (--recompute): the two conv blocks and the hidden
+/// Linear block each an nn::Recompute segment; the same layers and parameter order (the
+/// weights are copied from FashionCNN<P>(seed), whose seeds per layer differ).
+template <class P>
+using FashionCNNRecompute = nn::Sequential<
+    nn::Recompute<
+        nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>,
+                       nn::ReLU, nn::MaxPool2d<2>>>,
+    nn::Recompute<nn::Sequential<nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}, P>, nn::ReLU,
+                                 nn::MaxPool2d<2>>>,
+    nn::Flatten, nn::Recompute<nn::Sequential<nn::Linear<3136, 128, P>, nn::ReLU>>,
+    nn::Linear<128, 10, P>>;
 
 using fashion::options;
 
@@ -245,7 +265,7 @@ void print_masters(const flat_masters& f, long epoch) {
   std::fflush(stdout);
 }
 
-template <class Prec>
+template <class Prec, bool Recompute = false>
 int run(const options& o) {
   using exec_space = Kokkos::DefaultExecutionSpace;
   const exec_space exec;
@@ -258,7 +278,8 @@ int run(const options& o) {
                o.precision.c_str(), long(train_set.n), long(test_set.n), long(o.batch),
                exec_space().concurrency());
 
-  FashionCNN<Prec> model(o.seed);
+  std::conditional_t<Recompute, FashionCNNRecompute<Prec>, FashionCNN<Prec>> model(o.seed);
+  if constexpr (Recompute) nn::copy_parameter_values(FashionCNN<Prec>(o.seed), model);
   nn::SoftmaxCrossEntropy loss;
   tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
   constexpr bool scaled = !std::is_same_v<Prec, tessera::fp32>;
@@ -302,6 +323,12 @@ int run(const options& o) {
       const index_t e = std::min(train_set.n, b + o.batch);
       buf.fill(train_set, order, b, e);
       const auto logits = model.forward(exec, buf.x);
+      if (steps == 0 && epoch == static_cast<int>(state.epoch) + 1)
+        std::fprintf(stderr,
+                     "[train] saved activations between forward and backward: %zu bytes "
+                     "per step of %ld images (%s)\n",
+                     nn::saved_activation_bytes(model), long(e - b),
+                     Recompute ? "--recompute" : "no recomputation");
       const float s = scaled ? scaler.scale() : 1.f;
       const auto [l, dlogits] = loss.forward_backward(exec, logits, buf.y, s);
       model.backward(exec, dlogits);
@@ -581,6 +608,12 @@ int main(int argc, char* argv[]) {
                                      : run_any_plan<tessera::bf16>(o);
       });
 #endif
+    if (o.recompute) {
+      if (o.precision == "fp32") return run<tessera::fp32, true>(o);
+      if (o.precision == "bf16") return run<tessera::bf16, true>(o);
+      if (o.precision == "fp16") return run<tessera::fp16, true>(o);
+      return run<nn::fp8<>, true>(o);
+    }
     if (o.precision == "fp32") return run<tessera::fp32>(o);
     if (o.precision == "bf16") return run<tessera::bf16>(o);
     if (o.precision == "fp16") return run<tessera::fp16>(o);

@@ -33,6 +33,8 @@ struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint, resume;
   bool progress = true;
+  // --recompute: nn::Recompute segments (one process only)
+  bool recompute = false;
   std::string plan;                                      // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
@@ -49,7 +51,7 @@ inline const char* usage_text() {
   return "usage: train_fashion_mnist [--precision fp32|bf16|fp16|fp8] [--epochs N (1..1000000)] "
          "[--threads N (0..4096, 0: default)] [--limit N | --full] [--test-limit N] "
          "[--batch N (1..1000000)] [--lr X (finite, > 0)] [--seed N] [--data DIR] "
-         "[--checkpoint FILE] [--resume FILE] [--no-progress] "
+         "[--checkpoint FILE] [--resume FILE] [--no-progress] [--recompute] "
          "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; under mpiexec -n "
          "D*T*P)] "
          "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)] "
@@ -202,6 +204,8 @@ inline options parse_options(int argc, const char* const* argv) {
       o.resume = nonempty(next());
     } else if (a == "--no-progress") {
       o.progress = false;
+    } else if (a == "--recompute") {
+      o.recompute = true;
     } else if (a == "--plan") {
       o.plan = nonempty(next());
     } else if (a == "--zero") {
@@ -229,6 +233,11 @@ inline options parse_options(int argc, const char* const* argv) {
                       " with --checkpoint or --resume: plan "
                       "checkpoints do not hold sharded optimizer state yet; train without "
                       "--zero to checkpoint");
+  if (o.recompute && !o.plan.empty())
+    throw usage_error("--recompute runs in one process: it does not combine with --plan yet");
+  if (o.recompute && (!o.checkpoint.empty() || !o.resume.empty()))
+    throw usage_error("--recompute does not combine with --checkpoint / --resume (the wrapped "
+                      "model's parameter names differ)");
   return o;
 }
 

@@ -19,6 +19,7 @@
 #include <tessera/nn/parameter.hpp>
 #include <tessera/nn/pooling.hpp>
 #include <tessera/nn/precision.hpp>
+#include <tessera/nn/recompute.hpp>
 #include <tessera/nn/residual.hpp>
 #include <tessera/nn/rmsnorm.hpp>
 #include <tessera/nn/sequential.hpp>

@@ -180,3 +180,15 @@ TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {
   const char* argv[] = {"train_fashion_mnist", "--epochs", nullptr};
   REQUIRE_THROWS_AS(fashion::parse_options(3, argv), fashion::usage_error);
 }
+
+TEST_CASE("the recompute flag: a switch, one process only", "[examples][options]") {
+  CHECK_FALSE(parse({}).recompute);
+  CHECK(parse({"--recompute"}).recompute);
+  CHECK(parse({"--recompute", "--precision", "fp8"}).recompute);
+  REQUIRE_THROWS_MATCHES(parse({"--recompute", "--plan", "data=2"}), fashion::usage_error,
+                         what_contains({"--recompute", "--plan"}));
+  REQUIRE_THROWS_MATCHES(parse({"--checkpoint", "ck.bin", "--recompute"}), fashion::usage_error,
+                         what_contains({"--recompute", "--checkpoint"}));
+  REQUIRE_THROWS_MATCHES(parse({"--recompute", "--resume", "ck.bin"}), fashion::usage_error,
+                         what_contains({"--recompute", "--resume"}));
+}

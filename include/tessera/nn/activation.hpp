@@ -87,6 +87,16 @@ public:
     return dx;
   }
 
+  /// nn/layer.hpp: the last forward's output, which backward reads.
+  void count_activations(activation_ledger& l) const { y_.count(l); }
+  /// nn/layer.hpp: frees it; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    shape_ = {};
+    last_y_ = nullptr;
+    last_kind_ = -1;
+  }
+
 private:
   detail::any_buffer y_, dx_;
   detail::saved_shape shape_;
@@ -155,6 +165,18 @@ public:
         KOKKOS_LAMBDA(const index_t i) { out[i] = from_float<P>(to_float(d[i]) * g[i]); });
     exec.fence();
     return dx;
+  }
+
+  /// nn/layer.hpp: the last forward's output and its fp32 derivative.
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    grad_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    grad_.release();
+    shape_ = {};
   }
 
 private:

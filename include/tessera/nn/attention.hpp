@@ -404,6 +404,23 @@ public:
     return proj_.forward(exec, o);
   }
 
+  /// nn/layer.hpp: what the last forward left for backward: both projections' (nn::Linear's),
+  /// the attention output o, q, k, k^T, v, v^T and the per-row log-sum-exp.
+  void count_activations(activation_ledger& l) const {
+    qkv_.count_activations(l);
+    proj_.count_activations(l);
+    o_.count(l);
+    for (const auto* b : {&q_, &k_, &kt_, &v_, &vt_, &lse_}) b->count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    qkv_.release_activations();
+    proj_.release_activations();
+    o_.release();
+    for (auto* b : {&q_, &k_, &kt_, &v_, &vt_, &lse_}) b->release();
+    shape_ = {};
+  }
+
 private:
   template <class Exec>
   using scratch_view_t = Kokkos::View<float*, typename Exec::scratch_memory_space,

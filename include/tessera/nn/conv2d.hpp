@@ -214,6 +214,22 @@ public:
     return dx;
   }
 
+  /// nn/layer.hpp: the activations the last forward left for backward (its output, the compute
+  /// copy of its input or the input itself, the fp32 sums of a reduced non-fp32 output).
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    x_.count(l);
+    sums_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    x_cast_.release();
+    sums_.release();
+    x_ = {};
+    out_ = {-1, -1, -1, -1};
+  }
+
 private:
   using op_p = typename detail::operand_precision<Prec, false>::type;
   parameter<weight_extents> weight_;

@@ -127,6 +127,18 @@ public:
     exec.fence();
   }
 
+  /// nn/layer.hpp: the last forward's output and its copy of the ids.
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    ids_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    ids_.release();
+    shape_ = {};
+  }
+
 private:
   parameter<weight_extents> weight_;
   detail::buffer<fp32> y_;
@@ -230,6 +242,14 @@ public:
     return dx;
   }
 
+  /// nn/layer.hpp: the last forward's output.
+  void count_activations(activation_ledger& l) const { y_.count(l); }
+  /// nn/layer.hpp: frees it; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    shape_ = {};
+  }
+
 private:
   parameter<weight_extents> weight_;
   detail::any_buffer y_, dx_;
@@ -284,6 +304,10 @@ public:
     table_.backward(exec, dy);
     return {};
   }
+
+  /// nn/layer.hpp: the embedding's (see Embedding).
+  void count_activations(activation_ledger& l) const { table_.count_activations(l); }
+  void release_activations() noexcept { table_.release_activations(); }
 
 private:
   Embedding<V, D> table_;

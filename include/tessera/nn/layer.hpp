@@ -43,7 +43,15 @@
 ///       The model input shape a first layer fixes (nn::Input, nn::Linear): Sequential then
 ///       checks the whole chain when the model type is instantiated; pipelines need it.
 ///   auto fp8_states();
-///       The fp8 scaling states of an fp8 layer, for checkpoints.
+///       The fp8 scaling states of an fp8 layer, for checkpoints (and nn::Recompute, which
+///       restores them around a recomputing forward).
+///   void count_activations(nn::activation_ledger&) const;
+///   void release_activations();
+///       What the layer keeps from its last forward for its backward (outputs, input copies,
+///       masks, statistics; not parameters or gradients): count adds each kept view to the
+///       ledger, release frees them (backward then needs a forward again). nn::Recompute
+///       frees a segment's activations with it, nn::saved_activation_bytes counts them. Not
+///       declared: the layer keeps nothing (nn::Input, nn::Flatten).
 ///
 /// Dependencies: nn/ includes tensor/, gemm/, conv/ and train/ (parameters, fp8 recipes), never
 /// parallel/. parallel/ decides how to treat a layer from the declarations above; only its

@@ -169,6 +169,20 @@ public:
     return dx;
   }
 
+  /// nn/layer.hpp: the last forward's output, normalised input and per-row 1/sigma.
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    xhat_.count(l);
+    rstd_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    xhat_.release();
+    rstd_.release();
+    shape_ = {};
+  }
+
 private:
   parameter<gamma_extents> gamma_, beta_;
   detail::any_buffer y_, dx_;

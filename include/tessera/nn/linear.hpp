@@ -202,6 +202,24 @@ public:
     return dx_out;
   }
 
+  /// nn/layer.hpp: the activations the last forward left for backward (its output, the compute
+  /// copy of its input or, when none was needed, the input itself; the fp32 scratch of a
+  /// non-fp32 output).
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    x_.count(l);
+    acc_.count(l);
+  }
+  /// nn/layer.hpp: frees them (the output handed out stays valid while it is shared); backward
+  /// then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    x_cast_.release();
+    acc_.release();
+    x_ = {};
+    shape_ = {};
+  }
+
 private:
   using wop = typename detail::operand_precision<Prec, false>::type;
   parameter<weight_extents> weight_;

@@ -159,6 +159,21 @@ public:
 private:
   detail::any_buffer y_, dx_;
   detail::raw_buffer<std::uint8_t> arg_;
+
+public:
+  /// nn/layer.hpp: the last forward's output and the positions of the maxima.
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    arg_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    arg_.release();
+    out_shape_ = {};
+  }
+
+private:
   std::array<index_t, 4> in_{};
   detail::saved_shape out_shape_;
 };

@@ -190,6 +190,18 @@ public:
     return dx;
   }
 
+  /// nn/layer.hpp: the inner layers' kept activations and the output y.
+  void count_activations(activation_ledger& l) const {
+    inner_.count_activations(l);
+    y_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() {
+    inner_.release_activations();
+    y_.release();
+    shape_ = {};
+  }
+
 private:
   inner_type inner_;
   detail::any_buffer y_, dx_;

@@ -139,6 +139,20 @@ public:
     return dx;
   }
 
+  /// nn/layer.hpp: the last forward's output, normalised input and per-row 1/rms.
+  void count_activations(activation_ledger& l) const {
+    y_.count(l);
+    xhat_.count(l);
+    rstd_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    y_.release();
+    xhat_.release();
+    rstd_.release();
+    shape_ = {};
+  }
+
 private:
   parameter<gamma_extents> gamma_;
   detail::any_buffer y_, dx_;

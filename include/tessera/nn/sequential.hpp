@@ -27,6 +27,7 @@
 
 #include <boost/hana/at.hpp>
 #include <boost/hana/flatten.hpp>
+#include <boost/hana/for_each.hpp>
 #include <boost/hana/length.hpp>
 #include <boost/hana/transform.hpp>
 #include <boost/hana/tuple.hpp>
@@ -222,6 +223,16 @@ public:
   template <class Exec, class DY>
   auto backward(const Exec& exec, const DY& dy, bool need_input_grad = false) {
     return backward_from<N - 1>(exec, dy, need_input_grad);
+  }
+
+  /// nn/layer.hpp: every layer's kept activations (see nn::activation_ledger).
+  void count_activations(activation_ledger& l) const {
+    boost::hana::for_each(layers_,
+                          [&](const auto& layer) { detail::count_activations_of(layer, l); });
+  }
+  /// nn/layer.hpp: every layer frees its kept activations; backward then needs a forward.
+  void release_activations() {
+    boost::hana::for_each(layers_, [](auto& layer) { detail::release_activations_of(layer); });
   }
 
 private:

@@ -10,10 +10,44 @@
 
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
+
+namespace tessera::nn {
+
+/// The activation memory a model holds between a forward and its backward, counted once per
+/// allocation: layers add every activation view they keep (their outputs, the copies of their
+/// inputs they saved for backward, masks, statistics; not parameters, gradients or the weights'
+/// compute copies) through their optional `count_activations(activation_ledger&) const`
+/// (nn/layer.hpp). A view shared by two layers (an fp32 Linear keeps a reference to the tensor
+/// the layer before it returned) counts once. A local object, passed down: no global counter.
+class activation_ledger {
+public:
+  /// Records `bytes` held at `data` (ignored when data is null: an unallocated buffer).
+  void add(const void* data, std::size_t bytes) {
+    if (data != nullptr && bytes > 0) {
+      auto& b = held_[data];
+      b = b > bytes ? b : bytes;
+    }
+  }
+  /// The bytes recorded, each allocation once.
+  std::size_t bytes() const noexcept {
+    std::size_t n = 0;
+    for (const auto& [p, b] : held_) n += b;
+    return n;
+  }
+  /// The number of distinct allocations recorded.
+  std::size_t allocations() const noexcept { return held_.size(); }
+
+private:
+  std::map<const void*, std::size_t> held_;
+};
+
+} // namespace tessera::nn
 
 namespace tessera::nn::detail {
 
@@ -44,6 +78,12 @@ public:
     return Tensor<P, Ext, layout_right, M>(v_, e);
   }
 
+  /// Adds the memory held to l (nothing when unallocated).
+  void count(activation_ledger& l) const { l.add(v_.data(), v_.extent(0) * sizeof(storage_t<P>)); }
+  /// Drops this buffer's reference to its memory (freed once no tensor handed out shares it);
+  /// the next get allocates again.
+  void release() noexcept { v_ = view_type(); }
+
 private:
   using view_type = Kokkos::View<storage_t<P>*, M>;
   std::string label_;
@@ -61,6 +101,12 @@ public:
     static_assert(i >= 0, "tessera::nn: the precision is not in tessera::known_precisions.");
     return std::get<i>(bufs_).get(e);
   }
+  void count(activation_ledger& l) const {
+    std::apply([&](const auto&... b) { (b.count(l), ...); }, bufs_);
+  }
+  void release() noexcept {
+    std::apply([](auto&... b) { (b.release(), ...); }, bufs_);
+  }
 
 private:
   template <class... Ps>
@@ -69,6 +115,17 @@ private:
   }
   decltype(make("", known_precisions{})) bufs_;
 };
+
+/// l.count_activations(ledger) / l.release_activations() when the layer declares them
+/// (nn/layer.hpp); nothing otherwise (a layer that keeps no activations: Input, Flatten).
+template <class L>
+void count_activations_of(const L& layer, activation_ledger& l) {
+  if constexpr (requires { layer.count_activations(l); }) layer.count_activations(l);
+}
+template <class L>
+void release_activations_of(L& layer) {
+  if constexpr (requires { layer.release_activations(); }) layer.release_activations();
+}
 
 /// Raw memory of n elements of T, kept between steps like buffer (masks, pooling indices).
 template <class T, class M = default_memory_space>
@@ -82,6 +139,8 @@ public:
     return v_.data();
   }
   T* data() const noexcept { return v_.data(); }
+  void count(activation_ledger& l) const { l.add(v_.data(), v_.extent(0) * sizeof(T)); }
+  void release() noexcept { v_ = Kokkos::View<T*, M>(); }
 
 private:
   std::string label_;
@@ -154,6 +213,10 @@ struct operand {
       return t;
     }
   }
+  /// Adds the tensor's memory to l (a copy the caster made, or the source it references).
+  void count(activation_ledger& l) const {
+    l.add(t.data(), static_cast<std::size_t>(t.size()) * sizeof(storage_t<P>));
+  }
 };
 
 /// Makes the compute copies of one operand slot (the weights of a layer, its input, or its
@@ -184,6 +247,9 @@ public:
       return {t, 1.f / scale};
     }
   }
+
+  /// Frees the compute copy (see buffer::release).
+  void release() noexcept { buf_.release(); }
 
   /// This slot's fp8 scaling state (train::fp8_meta), as a boost::hana::tuple of one pointer
   /// for fp8, of none otherwise: what checkpoints save and restore.
