@@ -49,6 +49,7 @@
 // process) can be compared within a bound. Under --plan the weights are first gathered whole (over
 // the tensor group, then the pipeline stages): the same hash as the single process under plan
 // data=1,tensor=1,pipeline=1.
+#include "example_instances.hpp"
 #include "kokkos_args.hpp"
 #include "train_fashion_mnist_options.hpp"
 
@@ -487,11 +488,9 @@ int run_plan(const options& o) {
 
 template <class Prec>
 int run_any_plan(const options& o) {
-  return fashion::detail::with_degree(o.plan_tensor, [&](auto t) {
-    return fashion::detail::with_degree(o.plan_pipeline, [&](auto p) {
-      return run_plan<Prec, decltype(t)::value, decltype(p)::value>(o);
-    });
-  });
+  return examples::with_plan_degrees(
+      "train_fashion_mnist", o.plan_tensor, o.plan_pipeline,
+      [&](auto t, auto p) { return run_plan<Prec, decltype(t)::value, decltype(p)::value>(o); });
 }
 #endif
 
