@@ -26,8 +26,10 @@ done
 tf=$(mktemp)
 /usr/bin/time -f '%U %S %e %M' -o "$tf" "$@"
 rc=$?
-read -r u s e m <"$tf"
+# GNU time puts "Command exited with non-zero status N" before the format's line.
+read -r u s e m < <(tail -n 1 "$tf")
 rm -f "$tf"
+((rc == 0)) || exit $rc # a failed compile is not a measurement
 printf '%s %s %s %s\n' "$(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}')" "$e" "$m" \
   "${obj#*CMakeFiles/}" >>"$log"
 exit $rc
