@@ -63,6 +63,7 @@
 // attention's key/value cache (cost linear in the context). When the context is full (T
 // characters), the cache restarts from the last T / 2 characters.
 #include "char_gpt_model.hpp"
+#include "example_instances.hpp"
 #include "kokkos_args.hpp"
 #include "train_char_gpt_options.hpp"
 
@@ -528,11 +529,10 @@ int run_plan(const chargpt::options& o, const data::char_vocab& vocab,
 
 int run_any_plan(const chargpt::options& o, const data::char_vocab& vocab,
                  const data::text_split& split) {
-  return fashion::detail::with_degree(o.plan_tensor, [&](auto t) {
-    return fashion::detail::with_degree(o.plan_pipeline, [&](auto p) {
-      return run_plan<decltype(t)::value, decltype(p)::value>(o, vocab, split);
-    });
-  });
+  return examples::with_plan_degrees(
+      "train_char_gpt", o.plan_tensor, o.plan_pipeline, [&](auto t, auto p) {
+        return run_plan<decltype(t)::value, decltype(p)::value>(o, vocab, split);
+      });
 }
 #endif
 
@@ -545,14 +545,24 @@ template <class P, index_t D, index_t H>
 int run_vocab(const chargpt::options& o, const data::char_vocab& vocab,
               const data::text_split& split) {
   if (vocab.size() <= 128) return run<P, 128, D, H>(o, vocab, split);
-  return run<P, 256, D, H>(o, vocab, split);
+  if constexpr (examples::reduced_build)
+    throw examples::not_in_reduced_build("train_char_gpt: a corpus of " +
+                                         std::to_string(vocab.size()) +
+                                         " distinct bytes (vocabulary bound 256)");
+  else
+    return run<P, 256, D, H>(o, vocab, split);
 }
 
 /// The compiled (width, heads) pairs (chargpt::model_sizes; the parser refuses the others).
 template <class P>
 int run_precision(const chargpt::options& o, const data::char_vocab& vocab,
                   const data::text_split& split) {
-  if (o.width == 64) return run_vocab<P, 64, 2>(o, vocab, split);
+  if constexpr (examples::reduced_build) {
+    if (o.width != 128)
+      throw examples::not_in_reduced_build("train_char_gpt --width " + std::to_string(o.width));
+  } else if (o.width == 64) {
+    return run_vocab<P, 64, 2>(o, vocab, split);
+  }
   return run_vocab<P, 128, 4>(o, vocab, split);
 }
 

@@ -65,6 +65,7 @@
 // state per parameter next to the formula for SGD with momentum (K = 4 bytes of state per
 // parameter: 4 + 4 + 4/D at stage 1, 4 + 8/D at stage 2; the ZeRO paper's mixed-precision
 // counting gives 4 + 8/D and 2 + 10/D). Not with --checkpoint or --resume (refused).
+#include "example_instances.hpp"
 #include "kokkos_args.hpp"
 #include "train_fashion_mnist_options.hpp"
 
@@ -567,14 +568,13 @@ int run_plan(const options& o) {
 
 template <class Prec>
 int run_any_plan(const options& o) {
-  return fashion::detail::with_degree(o.plan_tensor, [&](auto t) {
-    return fashion::detail::with_degree(o.plan_pipeline, [&](auto p) {
-      constexpr int T = decltype(t)::value, P = decltype(p)::value;
-      return o.zero == 2   ? run_plan<Prec, T, P, 2>(o)
-             : o.zero == 1 ? run_plan<Prec, T, P, 1>(o)
-                           : run_plan<Prec, T, P, 0>(o);
-    });
-  });
+  return examples::with_plan_degrees("train_fashion_mnist", o.plan_tensor, o.plan_pipeline,
+                                     [&](auto t, auto p) {
+                                       constexpr int T = decltype(t)::value, P = decltype(p)::value;
+                                       return o.zero == 2   ? run_plan<Prec, T, P, 2>(o)
+                                              : o.zero == 1 ? run_plan<Prec, T, P, 1>(o)
+                                                            : run_plan<Prec, T, P, 0>(o);
+                                     });
 }
 #endif
 

@@ -101,15 +101,6 @@ inline float parse_positive_float(const std::string& flag, const std::string& te
 /// degree is free (data<dyn>), up to max_plan_data.
 inline constexpr int plan_degrees[] = {1, 2, 4};
 
-/// f(std::integral_constant<int, v>) for v one of plan_degrees (what parse_plan accepts): the
-/// run-time degree as the compile-time one the plans are instantiated for.
-template <class F>
-decltype(auto) with_degree(int v, F&& f) {
-  static_assert(std::size(plan_degrees) == 3);
-  if (v == 4) return f(std::integral_constant<int, 4>{});
-  if (v == 2) return f(std::integral_constant<int, 2>{});
-  return f(std::integral_constant<int, 1>{});
-}
 inline constexpr int max_plan_data = 4096;
 
 /// --plan data=D,tensor=T,pipeline=P: comma-separated, any order, each at most once; D a whole

@@ -12,9 +12,14 @@
 #   k46      Kokkos 4.6.01 OpenMP + Serial: build and run (quick: one program per module)
 #   threads  Kokkos 4.6.01 Threads + Serial: build and run (quick: one program per module)
 #   clang    clang++-14 against Kokkos 3.4.1, -Werror: build (quick: the examples and one
-#            program per module) and run what was built
+#            program per module) and run the test programs built
 #   hip      hipcc against Kokkos 4.6.01 HIP (gfx90a): compile only, nothing can run without
 #            the GPU (quick: the examples and one program per module)
+# quick compiles the examples, which clang and hip only build, with a reduced instantiation set
+# (-DTESSERA_EXAMPLES_REDUCED=ON: every precision, plan degrees 1 and 2, train_char_gpt's
+# default size; examples/example_instances.hpp) at -O1 (TESSERA_EXAMPLES_COMPILE_OPTIONS): the
+# proof that they compile warning-free costs a fraction of the full set at -O3 (issue 16,
+# benchmarks/compile/README.md). full compiles the whole set at -O3.
 # Build folders: $TESSERA_PORTABILITY_DIR (default build-portability/), one per part.
 # Prints each part's wall time and a summary; exits non-zero if any part failed.
 set -uo pipefail
@@ -34,6 +39,11 @@ mkdir -p "$out"
 representative=(test_precision test_tensor test_gemm_scaled test_conv2d test_nn_layers
                 test_train_optimizers test_parallel_single_process)
 examples=(gemm conv tour train_fashion_mnist train_char_gpt)
+
+# The examples' options (see above); full sets them back in a build folder quick configured.
+example_opts=(-DTESSERA_EXAMPLES_REDUCED=OFF -DTESSERA_EXAMPLES_COMPILE_OPTIONS=)
+[[ $mode == quick ]] &&
+  example_opts=(-DTESSERA_EXAMPLES_REDUCED=ON -DTESSERA_EXAMPLES_COMPILE_OPTIONS=-O1)
 
 summary=()
 failed=0
@@ -108,13 +118,14 @@ run_part() {
     clang)
       kokkos=$("$root/scripts/bootstrap.sh" | tail -n 1) || return 1
       CXX=clang++-14 configure "$dir" "$kokkos" -DCMAKE_CXX_COMPILER=clang++-14 \
-        -DCMAKE_CXX_FLAGS=-Werror || return 1
+        -DCMAKE_CXX_FLAGS=-Werror "${example_opts[@]}" || return 1
       build_and_test "$dir" "${examples[@]}" || rc=1
       ;;
     hip)
       kokkos=$("$root/scripts/bootstrap.sh" kokkos-4.6-hip | tail -n 1) || return 1
       # Host code for any x86-64 (no -march=native), device code for gfx90a (from Kokkos).
-      configure "$dir" "$kokkos" -DCMAKE_CXX_COMPILER=hipcc -DTESSERA_NATIVE=OFF || return 1
+      configure "$dir" "$kokkos" -DCMAKE_CXX_COMPILER=hipcc -DTESSERA_NATIVE=OFF \
+        "${example_opts[@]}" || return 1
       local targets=()
       if [[ $mode == quick ]]; then
         targets=("${examples[@]}" "${representative[@]}")
