@@ -22,11 +22,14 @@ rss=${FUZZ_RSS_MB:-2048}
 per_input=${FUZZ_TIMEOUT:-10}
 if (($#)); then targets=("$@"); else targets=(idx checkpoint conv_gemm flags); fi
 
+# ccache: hits independent of where the checkout lives (CCACHE_BASEDIR, read at compile time, so
+# exported for the build; NOHASHDIR: these -g builds would otherwise hash the build folder's path).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 generator=() # Ninja builds the targets side by side (see scripts/sanitize.sh)
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
-CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" "${generator[@]}" \
+cmake -S "$root" -B "$build" "${generator[@]}" \
   -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g" -DKokkos_ROOT="$kokkos" \
   -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=OFF -DTESSERA_BUILD_EXAMPLES=OFF \

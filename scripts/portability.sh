@@ -33,6 +33,8 @@ out=${TESSERA_PORTABILITY_DIR:-$root/build-portability}
 jobs=${TESSERA_JOBS:-$(nproc)}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# ccache hits independent of where the checkout lives (read at compile time: exported).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 mkdir -p "$out"
 
 # One test program per module (tests/<module>/), the representative subset.

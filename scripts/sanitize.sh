@@ -21,6 +21,9 @@ targets=${TESSERA_SANITIZE_TARGETS:-"test_gemm_errors test_conv2d_checks test_te
   test_train_checkpoint test_train_optimizers fuzz_replay_idx fuzz_replay_checkpoint
   fuzz_replay_flags fuzz_replay_conv_gemm"}
 
+# ccache: hits independent of where the checkout lives (CCACHE_BASEDIR, read at compile time, so
+# exported for the build; NOHASHDIR: these -g builds would otherwise hash the build folder's path).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 # Ninja builds the programs side by side; CMake's Makefiles build the targets named on one
@@ -28,7 +31,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 generator=()
 if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
 start=$(date +%s)
-CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} cmake -S "$root" -B "$build" "${generator[@]}" \
+cmake -S "$root" -B "$build" "${generator[@]}" \
   -DCMAKE_CXX_COMPILER=g++ \
   -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS="-O1 -g1" -DKokkos_ROOT="$kokkos" \
   -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=OFF -DTESSERA_BUILD_EXAMPLES=OFF \
