@@ -138,7 +138,7 @@ TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") 
   CHECK((ck.plan_data == 2 && ck.checkpoint == "c" && ck.resume == "r"));
 }
 
-TEST_CASE("--zero 1|2 takes a ZeRO stage, with --plan only, not with checkpoints",
+TEST_CASE("the zero flag (--zero 1|2) takes a ZeRO stage, with --plan only, not with checkpoints",
           "[examples][options]") {
   CHECK(parse({"--plan", "data=2", "--zero", "1"}).zero == 1);
   CHECK(parse({"--zero", "2", "--plan", "data=3,tensor=2"}).zero == 2);
