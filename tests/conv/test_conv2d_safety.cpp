@@ -3,10 +3,13 @@
 // is refused before anything is written, while views of one allocation that share no element
 // (channel halves of one buffer) are computed right; scaled inputs with invalid scales are
 // refused; parameters whose size arithmetic overflows are refused without allocating.
-#include "support/messages.hpp"
+// Every pass runs on the default execution space over tensors (and strided views into them) in
+// the default memory space; values are checked through host mirrors, so the test runs on a
+// device build of Kokkos too.
 #include "conv_testing.hpp"
+#include "support/host_access.hpp"
+#include "support/messages.hpp"
 
-#include <cstring>
 #include <limits>
 
 using namespace tessera;
@@ -15,28 +18,20 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-using exec = Kokkos::DefaultHostExecutionSpace;
-using sview4 = TensorView<fp32, dextents<4>, layout_stride, Kokkos::HostSpace>;
-using sview1 = TensorView<fp32, dextents<1>, layout_stride, Kokkos::HostSpace>;
+using exec = Kokkos::DefaultExecutionSpace;
+using mem = tensor4<fp32>::memory_space; // the default memory space
+using sview4 = TensorView<fp32, dextents<4>, layout_stride, mem>;
+using sview1 = TensorView<fp32, dextents<1>, layout_stride, mem>;
 
-template <class T>
-std::vector<unsigned char> bytes_of(const T& t) {
-  std::vector<unsigned char> b(static_cast<std::size_t>(t.size()) * sizeof(*t.data()));
-  std::memcpy(b.data(), t.data(), b.size());
-  return b;
-}
-template <class T>
-bool same_bytes(const T& t, const std::vector<unsigned char>& b) {
-  return std::memcmp(b.data(), t.data(), b.size()) == 0;
-}
-
-/// The values of a strided (N, C, H, W) view, in NCHW order.
-std::vector<double> values_of(const sview4& v) {
+/// The values of channels [c0, c0 + C) of an (N, Ctot, H, W) buffer, in NCHW order (read
+/// through a host mirror of the whole buffer).
+std::vector<double> channel_values(const tensor4<fp32>& buf, index_t c0, index_t C) {
+  const auto h = host_mirror_copy(buf);
   std::vector<double> out;
-  for (index_t n = 0; n < v.extent(0); ++n)
-    for (index_t c = 0; c < v.extent(1); ++c)
-      for (index_t h = 0; h < v.extent(2); ++h)
-        for (index_t w = 0; w < v.extent(3); ++w) out.push_back(v(n, c, h, w));
+  for (index_t n = 0; n < h.extent(0); ++n)
+    for (index_t c = c0; c < c0 + C; ++c)
+      for (index_t y = 0; y < h.extent(2); ++y)
+        for (index_t x = 0; x < h.extent(3); ++x) out.push_back(h(n, c, y, x));
   return out;
 }
 
@@ -132,36 +127,36 @@ TEST_CASE("conv2d passes accept inputs and outputs that are disjoint channel hal
     const auto hi = channels(buf.data(), N, 2 * C, C, C, H, W);
     auto w = random_tensor<fp32>(12, s.K, s.C, s.R, s.S);
     auto b = random_tensor<fp32>(13, s.K);
-    const auto lo_vals = values_of(lo);
+    const auto lo_vals = channel_values(buf, 0, C);
     const index_t L = s.Cg() * s.R * s.S + 2;
 
     REQUIRE_NOTHROW(conv2d_forward(exec{}, lo, w, b, hi, s.prm));
     {
       const auto ref = reference_conv2d_forward(s, lo_vals, to_doubles(w), to_doubles(b));
-      const auto got = values_of(hi);
+      const auto got = channel_values(buf, C, C);
       index_t bad = 0;
       for (std::size_t i = 0; i < got.size(); ++i)
         bad += !(std::abs(got[i] - ref.value[i]) <= error_bound<fp32>(ref.value[i], ref.abs[i], L));
       CHECK(bad == 0);
-      CHECK(values_of(lo) == lo_vals); // the input half is untouched
+      CHECK(channel_values(buf, 0, C) == lo_vals); // the input half is untouched
     }
     // backward-data: dy in the low half, dx in the high half.
     fill_uniform(buf, 14, -1.f, 1.f);
-    const auto dy_vals = values_of(lo);
+    const auto dy_vals = channel_values(buf, 0, C);
     REQUIRE_NOTHROW(conv2d_backward_data(exec{}, lo, w, hi, s.prm));
     {
       const auto ref = reference_conv2d_backward_data(s, dy_vals, to_doubles(w));
-      const auto got = values_of(hi);
+      const auto got = channel_values(buf, C, C);
       index_t bad = 0;
       for (std::size_t i = 0; i < got.size(); ++i)
         bad += !(std::abs(got[i] - ref.value[i]) <=
                  error_bound<fp32>(ref.value[i], ref.abs[i], s.Kg() * s.R * s.S + 2));
       CHECK(bad == 0);
-      CHECK(values_of(lo) == dy_vals);
+      CHECK(channel_values(buf, 0, C) == dy_vals);
     }
     // backward-weight: x low half, dy high half, dw and dbias separate.
     fill_uniform(buf, 15, -1.f, 1.f);
-    const auto xv = values_of(lo), dyv = values_of(hi);
+    const auto xv = channel_values(buf, 0, C), dyv = channel_values(buf, C, C);
     tensor4<fp32> dw("dw", s.K, s.C, s.R, s.S);
     tensor1<fp32> db("db", s.K);
     REQUIRE_NOTHROW(conv2d_backward_weight(exec{}, lo, hi, dw, db, s.prm));
@@ -241,18 +236,19 @@ TEST_CASE("conv2d size arithmetic that overflows is refused before any allocatio
   // Through conv2d_forward: x, w, y views over 16 floats claiming a huge shape. The scratch
   // sizes (C/g R S x N P Q columns, 8 bytes each) overflow; refused before any allocation or
   // access.
-  std::vector<float> mem(16);
+  const tensor1<fp32> m16("mem", 16);
+  float* const m = m16.data();
   const index_t n = index_t{1} << 20;
-  const sview4 x(mem.data(), dextents<4>(n, 1, n, n), {n * n, n * n, n, 1});
-  const sview4 w(mem.data(), dextents<4>(1, 1, 1, 1), {1, 1, 1, 1});
-  const sview4 y(mem.data() + 8, dextents<4>(n, 1, n, n), {n * n, n * n, n, 1});
-  conv2d_workspace<Kokkos::HostSpace> ws;
+  const sview4 x(m, dextents<4>(n, 1, n, n), {n * n, n * n, n, 1});
+  const sview4 w(m, dextents<4>(1, 1, 1, 1), {1, 1, 1, 1});
+  const sview4 y(m + 8, dextents<4>(n, 1, n, n), {n * n, n * n, n, 1});
+  conv2d_workspace<mem> ws;
   CHECK_THAT(message_of<shape_error>([&] { conv2d_forward(exec{}, x, w, y, conv2d_params{}, ws); }),
              Contains("tessera::conv2d_forward") && Contains("scratch") && Contains("overflow") &&
                  Contains("(1048576, 1, 1048576, 1048576)"));
   CHECK(ws.capacity() == 0);
   // The same with a huge padding through the public call.
-  const sview4 x8(mem.data(), dextents<4>(1, 1, 2, 2), {4, 4, 2, 1});
+  const sview4 x8(m, dextents<4>(1, 1, 2, 2), {4, 4, 2, 1});
   CHECK_THAT(message_of<shape_error>([&] {
                conv2d_forward(exec{}, x8, w, x8, conv2d_params{.pad_left = big, .pad_right = big},
                               ws);
@@ -262,23 +258,24 @@ TEST_CASE("conv2d size arithmetic that overflows is refused before any allocatio
 }
 
 TEST_CASE("im2col and col2im refuse an output sharing memory with their input", "[conv][safety]") {
-  using sview3 = TensorView<fp32, dextents<3>, layout_stride, Kokkos::HostSpace>;
+  using sview3 = TensorView<fp32, dextents<3>, layout_stride, mem>;
   const conv2d_params p{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
   auto x = random_tensor<fp32>(31, 1, 2, 4, 4); // col (1, 18, 16)
-  Tensor<fp32, dextents<3>, layout_right, Kokkos::HostSpace> col("col", 1, 18, 16);
+  Tensor<fp32, dextents<3>> col("col", 1, 18, 16);
   fill(col, 3.f);
   const auto x0 = bytes_of(x), c0 = bytes_of(col);
   // col over x's memory (x has 32 elements, col 288: col starts inside x)
-  std::vector<float> mem(400, 1.f);
-  const sview4 xm(mem.data() + 8, dextents<4>(1, 2, 4, 4), {32, 16, 4, 1});
-  const sview3 cm(mem.data(), dextents<3>(1, 18, 16), {288, 16, 1});
-  const std::vector<float> mem0 = mem;
+  const tensor1<fp32> m400("mem", 400);
+  fill(m400, 1.f);
+  const sview4 xm(m400.data() + 8, dextents<4>(1, 2, 4, 4), {32, 16, 4, 1});
+  const sview3 cm(m400.data(), dextents<3>(1, 18, 16), {288, 16, 1});
+  const auto mem0 = bytes_of(m400);
   CHECK_THAT(message_of<shape_error>([&] { im2col(exec{}, xm, cm, 3, 3, p); }),
              Contains("tessera::im2col") && Contains("col (1, 18, 16)") &&
                  Contains("x (1, 2, 4, 4)"));
   CHECK_THAT(message_of<shape_error>([&] { col2im(exec{}, cm, xm, 3, 3, p); }),
              Contains("tessera::col2im") && Contains("overlaps"));
-  CHECK(mem == mem0);
+  CHECK(same_bytes(m400, mem0));
   // Separate memory: works (and round-trips the shape checks).
   CHECK_NOTHROW(im2col(exec{}, x, col, 3, 3, p));
   CHECK(same_bytes(x, x0));

@@ -35,7 +35,7 @@ auto make_params() {
 /// must throw too.
 template <class Opt, class Set>
 void expect_refused(const Opt& good, const char* field, float value, Set set) {
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const auto exec = exec_space(); // the default space, where the parameters live
   auto params = make_params();
   randomize_params(params, 5);
   Opt opt = good;
@@ -117,7 +117,7 @@ TEST_CASE("adamw refuses non-finite and out-of-range hyper-parameters at step, v
   CHECK(opt.lr == 3e-4f);
   CHECK_NOTHROW(train::adamw{.eps = denorm_v}.validate()); // tiny but positive eps is legal
   // With a valid eps, a parameter whose gradients are all zero stays finite (eps 0 gave NaN).
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const auto exec = exec_space(); // the default space, where the parameters live
   auto params = make_params();
   randomize_params(params, 8);
   boost::hana::for_each(params, [](const auto& p) { fill(p.grad, 0.f); });

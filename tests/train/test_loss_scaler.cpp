@@ -1,6 +1,7 @@
 // Loss scaling: unscaling, skipped steps on injected inf/NaN gradients (masters, optimizer state
 // and step counter bit-identical), PyTorch GradScaler's backoff and growth rules, the bounds,
 // and the hysteresis policies.
+#include "support/host_access.hpp"
 #include "train_testing.hpp"
 
 #include <tessera/train.hpp>
@@ -25,12 +26,13 @@ auto make_params() {
                                  nn::parameter<extents<20011>>("c", {}));
 }
 
-// Sets element i of the k-th parameter's gradient.
+// Sets element i of the k-th parameter's gradient (through a host mirror: the gradients live
+// in the default memory space).
 template <class Params>
 void poke_grad(const Params& params, std::size_t k, index_t i, float v) {
   std::size_t j = 0;
   boost::hana::for_each(params, [&](const auto& p) {
-    if (j++ == k) p.grad.data()[i] = v;
+    if (j++ == k) set_element(p.grad, i, v);
   });
 }
 
@@ -142,7 +144,7 @@ TEMPLATE_LIST_TEST_CASE("a skipped step leaves masters, optimizer state and step
 }
 
 TEST_CASE("a skipped first step creates no optimizer state", "[train][scaler]") {
-  const Kokkos::DefaultHostExecutionSpace exec{};
+  const auto exec = exec_space(); // the default space, where the parameters live
   auto params = make_params();
   randomize_params(params, 4);
   poke_grad(params, 0, 0, qnan);

@@ -1,7 +1,12 @@
 // Parameter sequences of run-time length (train/detail/optimizer_state.hpp): a Hana tuple
 // holding a std::vector of per-block tuples (what examples/char_gpt_model.hpp returns) is
 // walked depth first in order, unscaled and checked for inf/NaN like a flat tuple, and an AdamW
-// step on it is bit-identical to the step on the flat tuple of the same tensors.
+// step on it is bit-identical to the step on the flat tuple of the same tensors. The parameters
+// live in the default memory space and the steps run on the default execution space; values are
+// set and read through host mirrors.
+#include "support/exec_spaces.hpp"
+#include "support/host_access.hpp"
+
 #include <tessera/train.hpp>
 
 #include <boost/hana/tuple.hpp>
@@ -16,23 +21,27 @@ namespace {
 
 namespace train = tessera::train;
 using tessera::extents;
-using a_type = train::parameter<extents<5>, Kokkos::HostSpace>;
-using b_type = train::parameter<extents<31, 3>, Kokkos::HostSpace>;
-using c_type = train::parameter<extents<4097>, Kokkos::HostSpace>;
+using tessera::index_t;
+using tessera::testing::element;
+using tessera::testing::set_element;
+using a_type = train::parameter<extents<5>>;
+using b_type = train::parameter<extents<31, 3>>;
+using c_type = train::parameter<extents<4097>>;
 
 /// Fills value and grad of p with a fixed pattern seeded by `salt`.
 template <class P>
 void fill(const P& p, int salt) {
-  for (tessera::index_t i = 0; i < p.size(); ++i) {
-    p.value.data()[i] = std::sin(0.1f * static_cast<float>(i + salt));
-    p.grad.data()[i] = 0.01f * std::cos(0.37f * static_cast<float>(i * 3 + salt));
-  }
+  tessera::testing::fill_on_host(
+      p.value, [&](index_t i) { return std::sin(0.1f * static_cast<float>(i + salt)); });
+  tessera::testing::fill_on_host(p.grad, [&](index_t i) {
+    return 0.01f * std::cos(0.37f * static_cast<float>(i * 3 + salt));
+  });
 }
 
 template <class P>
 std::vector<float> values(const P& p, bool grad) {
-  const float* d = grad ? p.grad.data() : p.value.data();
-  return std::vector<float>(d, d + p.size());
+  const auto h = tessera::host_mirror_copy(grad ? p.grad : p.value);
+  return std::vector<float>(h.data(), h.data() + h.size());
 }
 
 /// a, [(b0, c0), (b1, c1)], d: six parameters, the middle four in a std::vector.
@@ -77,7 +86,7 @@ TEST_CASE("parameter sequences: nested ranges are walked depth first, in order",
 }
 
 TEST_CASE("parameter sequences: unscale_and_check over a run-time list", "[train][parameters]") {
-  const Kokkos::DefaultHostExecutionSpace exec;
+  const auto exec = tessera::testing::exec_space(); // where the parameters live
   nested n;
   const std::vector<std::vector<float>> before{values(n.a, true),  values(n.b0, true),
                                                values(n.c0, true), values(n.b1, true),
@@ -97,25 +106,24 @@ TEST_CASE("parameter sequences: unscale_and_check over a run-time list", "[train
   CHECK(one.unscale_and_check(exec, n.sequence()));
   for (const float bad :
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    for (const tessera::index_t i :
-         {tessera::index_t{0}, tessera::index_t{2048}, tessera::index_t{4096}}) {
-      const float keep = n.c1.grad.data()[i];
-      n.c1.grad.data()[i] = bad;
+    for (const index_t i : {index_t{0}, index_t{2048}, index_t{4096}}) {
+      const float keep = element(n.c1.grad, i);
+      set_element(n.c1.grad, i, bad);
       CHECK_FALSE(one.unscale_and_check(exec, n.sequence()));
       CHECK_FALSE(s.unscale_and_check(exec, n.sequence()));
-      n.c1.grad.data()[i] = keep;
+      set_element(n.c1.grad, i, keep);
     }
-    const float keep = n.b0.grad.data()[92];
-    n.b0.grad.data()[92] = bad;
+    const float keep = element(n.b0.grad, 92);
+    set_element(n.b0.grad, 92, bad);
     CHECK_FALSE(one.unscale_and_check(exec, n.sequence()));
-    n.b0.grad.data()[92] = keep;
+    set_element(n.b0.grad, 92, keep);
   }
 }
 
 TEST_CASE("parameter sequences: AdamW on the nested list equals AdamW on the flat tuple",
           "[train][parameters]") {
-  const Kokkos::DefaultHostExecutionSpace exec;
-  nested x, y; // the same values
+  const auto exec = tessera::testing::exec_space(); // where the parameters live
+  nested x, y;                                      // the same values
   train::adamw ox{.lr = 1e-2f, .weight_decay = 0.1f, .decay_on = train::decay_rule::matrices};
   train::adamw oy = ox;
   train::static_scaler sx{}, sy{};
