@@ -17,7 +17,8 @@
 /// is the tensor itself and the copies are a fence. On a device build (HIP, CUDA) they are one
 /// Kokkos::deep_copy each way. A function that must read tensor memory on the host and does
 /// not stage it this way refuses device memory at compile time with
-/// static_assert(is_host_accessible_v<M>, "<function>: ... what the caller must do").
+/// static_assert(is_host_accessible_v<M>, "<function>: ... what the caller must do"), as
+/// Tensor::operator() (host element access) does.
 ///
 ///   auto h = tessera::host_mirror(batch);        // fill on the host
 ///   for (index_t i = 0; i < h.size(); ++i) h.data()[i] = ...;
@@ -30,12 +31,7 @@
 
 namespace tessera {
 
-/// True when host code may dereference pointers into memory space M (Kokkos'
-/// SpaceAccessibility from HostSpace): HostSpace, HIPHostPinnedSpace, HIPManagedSpace,
-/// CudaUVMSpace, CudaHostPinnedSpace; false for HIPSpace and CudaSpace.
-template <class M>
-inline constexpr bool is_host_accessible_v =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible;
+// is_host_accessible_v<M> is defined in tensor/tensor.hpp (Tensor::operator() asks it too).
 
 /// The tensor host_mirror(t) returns for a T: T itself when the host can reach its memory,
 /// else the HostSpace tensor of the same precision, shape and layout.

@@ -14,6 +14,14 @@
 
 namespace tessera {
 
+/// True when host code may dereference pointers into memory space M (Kokkos'
+/// SpaceAccessibility from HostSpace): HostSpace, HIPHostPinnedSpace, HIPManagedSpace,
+/// CudaUVMSpace, CudaHostPinnedSpace; false for HIPSpace and CudaSpace. The one predicate every
+/// tessera function asks before host code touches tensor memory (see tensor/host_mirror.hpp).
+template <class M>
+inline constexpr bool is_host_accessible_v =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible;
+
 // The parameters are checked by static_asserts (not by constraints on the template head) so
 // that a misuse reports one sentence instead of a concept-satisfaction trace.
 template <class P, class Ext, class L = layout_right,
@@ -83,10 +91,21 @@ public:
   std::string label() const { return data_.label(); }
   bool is_allocated() const noexcept { return data_.data() != nullptr || ext_.size() == 0; }
 
-  /// Element access from host code (a host memory space). Kernels capture view() instead.
+  /// Element access from host code, for a tensor whose memory the host can reach
+  /// (is_host_accessible_v; on a host build of Kokkos every tensor's). It is a host function:
+  /// kernels capture view() and index that (TensorView::operator() is device-callable), so
+  /// this refusal never concerns code running on a device. A tensor in device memory is read
+  /// on the host through host_mirror_copy(t) and written through host_mirror(t) +
+  /// copy_from_host (tensor/host_mirror.hpp); calling t(i...) on it does not compile.
   template <class... I>
     requires(sizeof...(I) == rank && (std::is_integral_v<I> && ...))
   storage_type& operator()(I... idx) const noexcept {
+    static_assert(is_host_accessible_v<MemorySpace>,
+                  "tessera::Tensor::operator(): element access from host code needs memory the "
+                  "host can reach, and this tensor's memory space is a device's; read it with "
+                  "tessera::host_mirror_copy(t) (tensor/host_mirror.hpp), write it through "
+                  "tessera::host_mirror(t) and tessera::copy_from_host(t, h), or index t.view() "
+                  "inside a kernel.");
     return view()(idx...);
   }
 
@@ -125,12 +144,11 @@ struct is_tensor<Tensor<P, E, L, M>> : std::true_type {};
 
 /// A tensor of the same shape and layout in another precision or memory space.
 template <Precision P2, class T, class Space2 = typename T::memory_space>
-using rebind_tensor_t =
-    Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
+using rebind_tensor_t = Tensor<P2, typename T::extents_type, typename T::layout, Space2>;
 
 /// A host tensor with the same precision, shape and layout (for reading results).
 template <class T>
-using host_tensor_t = Tensor<typename T::precision, typename T::extents_type,
-                             typename T::layout, Kokkos::HostSpace>;
+using host_tensor_t =
+    Tensor<typename T::precision, typename T::extents_type, typename T::layout, Kokkos::HostSpace>;
 
 } // namespace tessera
