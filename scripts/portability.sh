@@ -132,7 +132,7 @@ run_part() {
       if [[ $mode == quick ]]; then
         targets=("${examples[@]}" "${representative[@]}")
       else
-        mapfile -t targets < <(cmake --build "$dir" --target help | sed -n 's/^\.\.\. \(test_[a-z0-9_]*\|gemm\|conv\|tour\|train_fashion_mnist\|train_char_gpt\)$/\1/p')
+        mapfile -t targets < <(cmake --build "$dir" --target help | sed -n 's/^\.\.\. \(test_[a-z0-9_]*\|fuzz_replay_[a-z0-9_]*\|gemm\|conv\|tour\|train_fashion_mnist\|train_char_gpt\)$/\1/p')
       fi
       local t ok=0 bad=()
       # One target at a time (-k): every failure is listed, not just the first.

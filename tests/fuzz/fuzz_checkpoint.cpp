@@ -56,7 +56,7 @@ struct state {
     tessera::fill_uniform(b.value, 2, -0.5f, 0.5f);
     tessera::fill_uniform(w.grad, 3, -1.f, 1.f);
     tessera::fill_uniform(b.grad, 4, -1.f, 1.f);
-    opt.step(Kokkos::DefaultHostExecutionSpace{}, parameters()); // creates the AdamW slots
+    opt.step(Kokkos::DefaultExecutionSpace{}, parameters()); // AdamW slots, default memory
     w_meta.record(0.75f);
     w_meta.record(1.5f);
     g_meta.record(0.25f);
