@@ -7,6 +7,7 @@
 
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace tessera::testing {
 
@@ -15,6 +16,14 @@ namespace tessera::testing {
 using default_memory_exec_spaces =
     std::conditional_t<is_host_execution_space_v<Kokkos::DefaultExecutionSpace>,
                        host_execution_spaces, std::tuple<Kokkos::DefaultExecutionSpace>>;
+
+/// Every enabled execution space, each to run on tensors in its own memory space
+/// (Exec::memory_space), values checked through host mirrors: the host spaces, then the default
+/// space when it is a device space (HIP, CUDA, SYCL).
+using enabled_exec_spaces = std::conditional_t<
+    is_host_execution_space_v<Kokkos::DefaultExecutionSpace>, host_execution_spaces,
+    decltype(std::tuple_cat(std::declval<host_execution_spaces>(),
+                            std::declval<std::tuple<Kokkos::DefaultExecutionSpace>>()))>;
 
 /// The last enabled host space: the threaded one (OpenMP, Threads or HPX) where there is one.
 using threaded_host_space =

@@ -1,5 +1,6 @@
-// deep_copy, fill, cast and amax, each run on every host execution space (Serial and OpenMP)
-// and for every precision, checked against scalar computations on the host.
+// deep_copy, fill, cast and amax, each run on every enabled execution space (the host spaces; the
+// device space in a device build) in its own memory, for every precision, checked through host
+// copies against scalar computations on the host.
 #include "tensor_testing.hpp"
 
 #include <catch2/catch.hpp>
@@ -78,7 +79,7 @@ float host_amax(const host_vec<P>& h) {
 } // namespace
 
 TEMPLATE_LIST_TEST_CASE("deep_copy round-trips between the host and the execution space",
-                        "[tensor][deep_copy]", host_exec_spaces) {
+                        "[tensor][deep_copy]", enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   for_each_type(all_precisions, [&]<class P>() {
@@ -102,7 +103,7 @@ TEMPLATE_LIST_TEST_CASE("deep_copy round-trips between the host and the executio
 }
 
 TEMPLATE_LIST_TEST_CASE("fill sets every element to the value rounded to the precision",
-                        "[tensor][fill]", host_exec_spaces) {
+                        "[tensor][fill]", enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   const std::vector<float> values = {0.f,
@@ -130,7 +131,7 @@ TEMPLATE_LIST_TEST_CASE("fill sets every element to the value rounded to the pre
 }
 
 TEMPLATE_LIST_TEST_CASE("cast equals the scalar conversion element by element", "[tensor][cast]",
-                        host_exec_spaces) {
+                        enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   for_each_type(all_precisions, [&]<class From>() {
@@ -156,7 +157,7 @@ TEMPLATE_LIST_TEST_CASE("cast equals the scalar conversion element by element", 
 }
 
 TEMPLATE_LIST_TEST_CASE("convert_into writes into an existing tensor (default policy)",
-                        "[tensor][cast]", host_exec_spaces) {
+                        "[tensor][cast]", enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   const auto h = random_host_vec<fp32>(20000, 3);
@@ -169,7 +170,7 @@ TEMPLATE_LIST_TEST_CASE("convert_into writes into an existing tensor (default po
 }
 
 TEMPLATE_LIST_TEST_CASE("amax is max |x|, widened to float, and propagates NaN", "[tensor][amax]",
-                        host_exec_spaces) {
+                        enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   for_each_type(all_precisions, [&]<class P>() {

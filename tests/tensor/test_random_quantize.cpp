@@ -45,7 +45,8 @@ moments moments_of(const H& h) {
 
 #if defined(KOKKOS_ENABLE_SERIAL)
 TEST_CASE(
-    "random fills give the same bits on Serial and the threaded host space, for any size and shape",
+    "random fills give the same bits on Serial, the threaded host space and a device space, for "
+    "any size and shape",
     "[tensor][random]") {
   using par = threaded_host_space; // OpenMP, Threads or HPX (Serial when it is the only one)
   INFO(par::name() << " threads: " << par().concurrency());
@@ -63,6 +64,15 @@ TEST_CASE(
       fill_normal(Kokkos::Serial{}, s2, 42, 1.f, 2.f);
       fill_normal(par{}, o2, 42, 1.f, 2.f);
       REQUIRE(first_bitwise_difference(s2, o2) == -1);
+
+      // The device space (in a device build) gives the same bits as Serial.
+      if constexpr (!is_host_execution_space_v<Kokkos::DefaultExecutionSpace>) {
+        vec<P, Kokkos::DefaultExecutionSpace> d("d", n), d2("d2", n);
+        fill_uniform(Kokkos::DefaultExecutionSpace{}, d, 42, -3.f, 5.f);
+        REQUIRE(first_bitwise_difference(to_host(d), s) == -1);
+        fill_normal(Kokkos::DefaultExecutionSpace{}, d2, 42, 1.f, 2.f);
+        REQUIRE(first_bitwise_difference(to_host(d2), s2) == -1);
+      }
 
       // A longer tensor is split differently among threads; its first n elements are the same.
       vec<P, par> longer("longer", 2 * n + 5);
@@ -82,25 +92,28 @@ TEST_CASE(
 
 TEMPLATE_LIST_TEST_CASE("random fills: different seeds give different tensors and low precision is "
                         "the fp32 fill rounded",
-                        "[tensor][random]", host_exec_spaces) {
+                        "[tensor][random]", enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   constexpr index_t n = 4099;
-  vec<fp32, exec> a("a", n), b("b", n), u32("u32", n), g32("g32", n);
-  fill_uniform(exec{}, a, 1, 0.f, 1.f);
-  fill_uniform(exec{}, b, 2, 0.f, 1.f);
+  vec<fp32, exec> da("a", n), db("b", n), du32("u32", n), dg32("g32", n);
+  fill_uniform(exec{}, da, 1, 0.f, 1.f);
+  fill_uniform(exec{}, db, 2, 0.f, 1.f);
+  const auto a = to_host(da), b = to_host(db);
   index_t same = 0;
   for (index_t i = 0; i < n; ++i) same += a.data()[i] == b.data()[i];
   // Two independent 24-bit uniforms collide with probability 2^-24 each.
   CHECK(same <= 2);
 
-  fill_uniform(exec{}, u32, 5, -2.f, 6.f);
-  fill_normal(exec{}, g32, 5, 0.5f, 3.f);
+  fill_uniform(exec{}, du32, 5, -2.f, 6.f);
+  fill_normal(exec{}, dg32, 5, 0.5f, 3.f);
+  const auto u32 = to_host(du32), g32 = to_host(dg32);
   for_each_type(all_precisions, [&]<class P>() {
     INFO(precision_traits<P>::name);
-    vec<P, exec> u("u", n), g("g", n);
-    fill_uniform(exec{}, u, 5, -2.f, 6.f);
-    fill_normal(exec{}, g, 5, 0.5f, 3.f);
+    vec<P, exec> du("u", n), dg("g", n);
+    fill_uniform(exec{}, du, 5, -2.f, 6.f);
+    fill_normal(exec{}, dg, 5, 0.5f, 3.f);
+    const auto u = to_host(du), g = to_host(dg);
     for (index_t i = 0; i < n; ++i) {
       REQUIRE(bits_of(u.data()[i]) == bits_of(from_float<P>(u32.data()[i])));
       REQUIRE(bits_of(g.data()[i]) == bits_of(from_float<P>(g32.data()[i])));
@@ -192,7 +205,7 @@ TEST_CASE("scale_for_amax maps amax to max_finite / 2^margin and keeps the previ
 
 TEMPLATE_LIST_TEST_CASE("quantize / dequantize: scale from amax and error within the fp8 unit "
                         "roundoff",
-                        "[tensor][quantize]", host_exec_spaces) {
+                        "[tensor][quantize]", enabled_exec_spaces) {
   using exec = TestType;
   INFO("execution space " << exec::name());
   constexpr index_t n = 10007;

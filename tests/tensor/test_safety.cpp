@@ -23,6 +23,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+// Host memory by design: the overlap and overflow checks are argument checks on addresses and
+// extents (before any kernel), tested on buffers whose bytes the test reads in place.
 using host = Kokkos::HostSpace;
 
 /// Every byte address of every element of r: the brute-force reference.
@@ -295,6 +297,8 @@ TEMPLATE_LIST_TEST_CASE("tensor ops refuse an output overlapping their input, an
   CHECK(to_float(payload_after(3)) == to_float(from_float<fp8_e4m3, saturate>(before[3] * 2.f)));
 }
 
+// Host memory by design: the refusals come before any kernel runs, and the test compares the
+// untouched bytes in place.
 TEMPLATE_LIST_TEST_CASE("quantize_with_scale and dequantize refuse scales that are not "
                         "positive, finite and normal",
                         "[tensor][scale]", host_exec_spaces) {
