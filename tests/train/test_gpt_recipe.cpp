@@ -29,9 +29,11 @@ namespace hana = boost::hana;
 
 namespace {
 
-using host_exec = Kokkos::DefaultHostExecutionSpace;
+// Parameters in the default memory space, run on each space of train_exec_spaces (every host
+// space in a host build, the device space in a device one); values go through host copies
+// (upload, snapshot).
 template <class Ext>
-using hparam = nn::parameter<Ext, Kokkos::HostSpace>;
+using dparam = nn::parameter<Ext>;
 
 train::warmup_cosine gpt_schedule() {
   return {.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 100, .total_steps = 2000};
@@ -90,10 +92,12 @@ TEST_CASE("warmup_cosine and lr_scheduler refuse bad arguments", "[train][schedu
   CHECK(sch.current() == gpt_schedule().lr_at(2));
 }
 
-TEST_CASE("clip_grad_norm: a known vector of norm 13", "[train][clip]") {
-  host_exec exec;
-  hparam<extents<2>> a("a", {});
-  hparam<extents<1, 1>> b("b", {});
+TEMPLATE_LIST_TEST_CASE("clip_grad_norm: a known vector of norm 13", "[train][clip]",
+                        train_exec_spaces) {
+  INFO("execution space " << TestType::name());
+  const TestType exec{};
+  dparam<extents<2>> a("a", {});
+  dparam<extents<1, 1>> b("b", {});
   const auto params = hana::make_tuple(a, b);
   const auto set = [&](float x, float y, float z) {
     upload(a.grad, {x, y});
@@ -130,25 +134,28 @@ TEST_CASE("clip_grad_norm: a known vector of norm 13", "[train][clip]") {
   }
 }
 
-TEST_CASE("grad_norm is accumulated in double", "[train][clip]") {
+TEMPLATE_LIST_TEST_CASE("grad_norm is accumulated in double", "[train][clip]", train_exec_spaces) {
+  INFO("execution space " << TestType::name());
   // 2^24 + 1 elements: one 1 and 2^24 of 2^-12 (squares 2^-24): the float sum of squares
   // 1 + 2^24 * 2^-24 = 2 cannot be formed in float one element at a time (1 + 2^-24 rounds to
   // 1), the double sum is exact: norm sqrt(2).
-  host_exec exec;
+  const TestType exec{};
   constexpr index_t n = (index_t{1} << 24) + 1;
-  hparam<extents<n>> g("g", {});
+  dparam<extents<n>> g("g", {});
   std::vector<float> v(n, 0x1p-12f);
   v[0] = 1.f;
   upload(g.grad, v);
   CHECK(train::grad_norm(exec, hana::make_tuple(g)) == Approx(std::sqrt(2.0)).epsilon(1e-12));
 }
 
-TEST_CASE("clipped_step: skips non-finite steps, clips then steps finite ones", "[train][clip]") {
-  host_exec exec;
-  hparam<extents<2>> w("w", {});
+TEMPLATE_LIST_TEST_CASE("clipped_step: skips non-finite steps, clips then steps finite ones",
+                        "[train][clip]", train_exec_spaces) {
+  INFO("execution space " << TestType::name());
+  const TestType exec{};
+  dparam<extents<2>> w("w", {});
   const auto params = hana::make_tuple(w);
   upload(w.value, {1.f, 1.f});
-  train::basic_sgd<Kokkos::HostSpace> opt{.lr = 1.f};
+  train::sgd opt{.lr = 1.f};
   train::dynamic_scaler<> scaler(train::dynamic_scaler_config{.init_scale = 4.f});
   // scaled gradient (12, 16) -> unscaled (3, 4), norm 5 -> clipped to norm 1: (0.6, 0.8)
   upload(w.grad, {12.f, 16.f});
@@ -167,13 +174,15 @@ TEST_CASE("clipped_step: skips non-finite steps, clips then steps finite ones", 
   CHECK(scaler.scale() == 2.f);
 }
 
-TEST_CASE("grad_accumulator: 4 micro-batches of 2 equal one batch of 8", "[train][accum]") {
+TEMPLATE_LIST_TEST_CASE("grad_accumulator: 4 micro-batches of 2 equal one batch of 8",
+                        "[train][accum]", train_exec_spaces) {
+  INFO("execution space " << TestType::name());
   // y = W x, loss = mean over samples of 0.5 * ||W x - t||^2: dL/dW = mean_s (W x_s - t_s) x_s^T.
   // Each micro-batch's "backward" overwrites W.grad with its own mean gradient (as layers do).
-  host_exec exec;
+  const TestType exec{};
   constexpr int out = 3, in = 5, samples = 8;
-  hparam<extents<out, in>> w("w", {});
-  hparam<extents<out>> bias("b", {});
+  dparam<extents<out, in>> w("w", {});
+  dparam<extents<out>> bias("b", {});
   const auto params = hana::make_tuple(w, bias);
   const counter_rng rng{11, 0};
   std::vector<float> wv(out * in), x(samples * in), t(samples * out);
@@ -192,7 +201,7 @@ TEST_CASE("grad_accumulator: 4 micro-batches of 2 equal one batch of 8", "[train
     return std::pair{std::vector<float>(gw.begin(), gw.end()),
                      std::vector<float>(gb.begin(), gb.end())};
   };
-  train::basic_grad_accumulator<Kokkos::HostSpace> acc;
+  train::grad_accumulator acc;
   CHECK_THROWS_MATCHES(acc.finish(exec, params), value_error,
                        what_contains({"grad_accumulator::finish", "no micro-batch"}));
   for (int m = 0; m < 4; ++m) {
@@ -216,20 +225,22 @@ TEST_CASE("grad_accumulator: 4 micro-batches of 2 equal one batch of 8", "[train
   acc.finish(exec, params);
   CHECK(snapshot(w.grad) == g0w);
   // other parameters refused
-  hparam<extents<out>> other("other", {});
+  dparam<extents<out>> other("other", {});
   CHECK_THROWS_AS(acc.accumulate(exec, hana::make_tuple(w, other)), shape_error);
 }
 
-TEST_CASE("adamw decay_rule::matrices decays rank >= 2 parameters only", "[train][optim]") {
-  host_exec exec;
+TEMPLATE_LIST_TEST_CASE("adamw decay_rule::matrices decays rank >= 2 parameters only",
+                        "[train][optim]", train_exec_spaces) {
+  INFO("execution space " << TestType::name());
+  const TestType exec{};
   for (const auto rule : {train::decay_rule::all, train::decay_rule::matrices}) {
-    hparam<extents<2, 2>> w("w", {});
-    hparam<extents<2>> b("b", {});
+    dparam<extents<2, 2>> w("w", {});
+    dparam<extents<2>> b("b", {});
     const auto params = hana::make_tuple(w, b);
     upload(w.value, {1.f, 2.f, 3.f, 4.f});
     upload(b.value, {5.f, 6.f});
     // zero gradients: m = v = 0, the Adam term is 0 / eps = 0, only the decay moves the weights
-    train::basic_adamw<Kokkos::HostSpace> opt{.lr = 0.1f, .weight_decay = 0.5f, .decay_on = rule};
+    train::adamw opt{.lr = 0.1f, .weight_decay = 0.5f, .decay_on = rule};
     opt.step(exec, params);
     const float d = static_cast<float>(1.0 - 0.1f * 0.5f);
     CHECK(snapshot(w.value) == std::vector<float>{1.f * d, 2.f * d, 3.f * d, 4.f * d});
@@ -248,15 +259,15 @@ namespace {
 /// of 2 micro-batches per step on a least-squares problem; gradients computed on the host.
 struct gpt_like_run {
   static constexpr int out = 3, in = 4, micro = 2, per_micro = 3;
-  host_exec exec;
-  hparam<extents<out, in>> w{"w", {}};
-  hparam<extents<out>> b{"b", {}};
-  train::basic_adamw<Kokkos::HostSpace> opt{
+  Kokkos::DefaultExecutionSpace exec;
+  dparam<extents<out, in>> w{"w", {}};
+  dparam<extents<out>> b{"b", {}};
+  train::adamw opt{
       .lr = 0.f, .beta2 = 0.95f, .weight_decay = 0.1f, .decay_on = train::decay_rule::matrices};
   train::static_scaler scaler{};
   train::lr_scheduler sched{
       .schedule = {.lr = 0.05, .min_lr = 0.005, .warmup_steps = 3, .total_steps = 12}};
-  train::basic_grad_accumulator<Kokkos::HostSpace> acc;
+  train::grad_accumulator acc;
   train::run_state run{.precision = "fp32"};
 
   gpt_like_run() {

@@ -1,6 +1,7 @@
 // SGD (momentum, Nesterov, weight decay, dampening) and AdamW (bias correction, decoupled weight
 // decay) against steps worked by hand and against straightforward double-precision
 // re-implementations of PyTorch's update rules, over parameter sets of many shapes.
+#include "support/host_access.hpp"
 #include "train_testing.hpp"
 
 #include <tessera/train/adamw.hpp>
@@ -117,19 +118,20 @@ void compare_with_reference(Opt opt, Ref ref_proto, int steps, std::uint64_t see
 
 // ---- hand-computed steps: every value below is exact in float (dyadic), so equality ----------
 
-TEST_CASE("sgd: hand-computed steps (plain, momentum, Nesterov, weight decay, dampening)",
-          "[train][optim]") {
-  const Kokkos::DefaultHostExecutionSpace exec{};
-  auto run = [&](train::basic_sgd<Kokkos::HostSpace> opt, int steps) { // host state too
-    // Host parameters: the test reads and writes elements directly.
-    auto params = boost::hana::make_tuple(nn::parameter<extents<1>, Kokkos::HostSpace>("w", {}));
+TEMPLATE_LIST_TEST_CASE(
+    "sgd: hand-computed steps (plain, momentum, Nesterov, weight decay, dampening)",
+    "[train][optim]", train_exec_spaces) {
+  const TestType exec{};
+  auto run = [&](train::sgd opt, int steps) {
+    // Default-memory parameters, written and read through host copies.
+    auto params = boost::hana::make_tuple(nn::parameter<extents<1>>("w", {}));
     auto& p = boost::hana::at_c<0>(params);
-    p.value(0) = 1.f;
+    set_element(p.value, 0, 1.f);
     std::vector<float> ws;
     for (int s = 0; s < steps; ++s) {
-      p.grad(0) = 0.25f;
+      set_element(p.grad, 0, 0.25f);
       opt.step(exec, params);
-      ws.push_back(p.value(0));
+      ws.push_back(element(p.value, 0));
     }
     return ws;
   };
@@ -152,31 +154,32 @@ TEST_CASE("sgd: hand-computed steps (plain, momentum, Nesterov, weight decay, da
           std::vector<float>{0.875f, 0.75f});
 }
 
-TEST_CASE("adamw: hand-computed first steps (bias correction, decoupled decay)", "[train][optim]") {
-  const Kokkos::DefaultHostExecutionSpace exec{};
-  // Host parameters: the test reads and writes elements directly.
-  auto params = boost::hana::make_tuple(nn::parameter<extents<2>, Kokkos::HostSpace>("w", {}));
+TEMPLATE_LIST_TEST_CASE("adamw: hand-computed first steps (bias correction, decoupled decay)",
+                        "[train][optim]", train_exec_spaces) {
+  const TestType exec{};
+  // Default-memory parameters, written and read through host copies.
+  auto params = boost::hana::make_tuple(nn::parameter<extents<2>>("w", {}));
   auto& p = boost::hana::at_c<0>(params);
-  p.value(0) = 1.f;
-  p.value(1) = -2.f;
-  train::basic_adamw<Kokkos::HostSpace> opt{
-      .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.5f};
+  set_element(p.value, 0, 1.f);
+  set_element(p.value, 1, -2.f);
+  train::adamw opt{.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.5f};
   // Step 1: bias correction makes m_hat = g and v_hat = g^2, so the update is
   // lr * g / (|g| + eps) ~= lr * sign(g), applied after decaying w by (1 - lr * wd) = 0.95.
-  p.grad(0) = 3.f;
-  p.grad(1) = -0.001f;
+  set_element(p.grad, 0, 3.f);
+  set_element(p.grad, 1, -0.001f);
   opt.step(exec, params);
   const double u1_0 = 0.1 * 3.0 / (3.0 + 1e-8), u1_1 = 0.1 * -0.001 / (0.001 + 1e-8);
-  REQUIRE(p.value(0) == Approx(1.0 * 0.95 - u1_0).epsilon(1e-6));
-  REQUIRE(p.value(1) == Approx(-2.0 * 0.95 - u1_1).epsilon(1e-6));
+  REQUIRE(element(p.value, 0) == Approx(1.0 * 0.95 - u1_0).epsilon(1e-6));
+  REQUIRE(element(p.value, 1) == Approx(-2.0 * 0.95 - u1_1).epsilon(1e-6));
   // Step 2 with g = 1 for element 0: m = 0.9 * 0.3 + 0.1 = 0.37, v = 0.999 * 0.009 + 0.001 =
   // 0.009991; m_hat = 0.37 / 0.19, v_hat = 0.009991 / 0.001999.
-  p.grad(0) = 1.f;
-  p.grad(1) = 0.f;
-  const double w0 = p.value(0);
+  set_element(p.grad, 0, 1.f);
+  set_element(p.grad, 1, 0.f);
+  const double w0 = element(p.value, 0);
   opt.step(exec, params);
   const double m_hat = 0.37 / (1 - 0.9 * 0.9), v_hat = 0.009991 / (1 - 0.999 * 0.999);
-  REQUIRE(p.value(0) == Approx(w0 * 0.95 - 0.1 * m_hat / (std::sqrt(v_hat) + 1e-8)).epsilon(1e-6));
+  REQUIRE(element(p.value, 0) ==
+          Approx(w0 * 0.95 - 0.1 * m_hat / (std::sqrt(v_hat) + 1e-8)).epsilon(1e-6));
   REQUIRE(opt.steps() == 2);
 }
 
