@@ -5,8 +5,12 @@
 // per tile) and 1 byte (one output row per tile: the accumulating col2im and beta = 1 paths).
 // Tolerances: conv_testing.hpp.
 #include "conv_testing.hpp"
+#include "support/exec_spaces.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <tuple>
+#include <type_traits>
 
 using namespace tessera;          // NOLINT: test file, not a header
 using namespace tessera::testing; // NOLINT
@@ -102,12 +106,13 @@ TEST_CASE("conv2d fp32: all passes match the reference on random shapes", "[conv
   random_cases<fp32, fp32, fp32>(1, 150);
 }
 
-// Serial runs on tensors in the default memory space: host builds only.
-#if defined(KOKKOS_ENABLE_SERIAL) && !TESSERA_KOKKOS_DEVICE
-TEST_CASE("conv2d fp32 on Kokkos::Serial matches the reference", "[conv][fp32][serial]") {
-  random_cases<fp32, fp32, fp32, Kokkos::Serial>(2, 30);
+// Every space that runs on default-memory tensors (each enabled host space in a host build, the
+// device space in a device build): 30 random shapes each, beside the 150 above on the default.
+TEMPLATE_LIST_TEST_CASE("conv2d fp32 on every enabled execution space matches the reference",
+                        "[conv][fp32][spaces]", default_memory_exec_spaces) {
+  INFO("execution space " << TestType::name());
+  random_cases<fp32, fp32, fp32, TestType>(2, 30);
 }
-#endif
 
 TEST_CASE("conv2d fp32 with 16-64 channels per group (implicit GEMM on the host)",
           "[conv][fp32][implicit]") {
@@ -118,9 +123,10 @@ TEST_CASE("conv2d fp32 with 16-64 channels per group (implicit GEMM on the host)
     check_all_passes<fp32, fp32, fp32>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
     if (i % 4 == 0) // a low-precision output from fp32 operands
       check_all_passes<fp32, fp32, bf16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[0]);
-#if defined(KOKKOS_ENABLE_SERIAL) && !TESSERA_KOKKOS_DEVICE
-    if (i % 4 == 1) check_all_passes<fp32, fp32, fp32>(Kokkos::Serial{}, s, seed, budgets[0]);
-#endif
+    // The first host space (Serial where enabled) as well, where it is not the default.
+    using first_space = std::tuple_element_t<0, default_memory_exec_spaces>;
+    if constexpr (!std::is_same_v<first_space, Kokkos::DefaultExecutionSpace>)
+      if (i % 4 == 1) check_all_passes<fp32, fp32, fp32>(first_space{}, s, seed, budgets[0]);
   }
 }
 

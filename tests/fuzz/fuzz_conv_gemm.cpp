@@ -34,6 +34,7 @@
 namespace {
 
 using tessera::index_t;
+// Host memory by design: the checks read every byte of each buffer, outside the views too.
 using host = Kokkos::HostSpace;
 template <std::size_t R>
 using view = tessera::TensorView<tessera::fp32, tessera::dextents<R>, tessera::layout_stride, host>;

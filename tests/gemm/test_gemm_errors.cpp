@@ -205,7 +205,8 @@ TEMPLATE_LIST_TEST_CASE("gemm_batched errors: batch extents, and C aliasing A or
 TEST_CASE("gemm errors: static extents that only meet their mismatch at run time still throw",
           "[gemm][errors]") {
   // The compile-time check sees two static extents at a time (tests/compile_fail/gemm_static_*);
-  // a static A against a dynamic B of the wrong K is left to the run-time check.
+  // a static A against a dynamic B of the wrong K is left to the run-time check. Host tensors by
+  // design: the shape check throws before any kernel runs.
   Tensor<fp32, extents<5, 7>, layout_right, host_space> a("a");     // (5, 7) static
   Tensor<fp32, dextents<2>, layout_right, host_space> b("b", 8, 3); // (8, 3) dynamic: K 8 != 7
   Tensor<fp32, extents<5, 3>, layout_right, host_space> c("c");     // (5, 3) static

@@ -68,6 +68,7 @@ TEMPLATE_LIST_TEST_CASE("gemm scaled: fp8 inputs with scales into fp32 and bf16 
     // A: scaled_tensor from quantize (x in [-300, 300), so the scale is about 448 / 300).
     Tensor<fp32, dextents<2>, layout_right, host_space> x("x", m, k);
     fill_uniform(x, ++seed, -300.f, 300.f);
+    // Host x: the gemm suite's operands are host matrices (gemm_testing.hpp's host configs).
     const auto aq = quantize<fp8_e4m3>(Kokkos::DefaultHostExecutionSpace{}, x);
     const dmatrix a_deq = dequantised(to_dmatrix(aq.data), aq.scale);
     // B: an e5m2 payload stored transposed with a padded leading dimension, scale 1 / 8.

@@ -58,6 +58,7 @@ void sweep_all_chunks(const char* what, Check check) {
   std::vector<std::uint64_t> first(n_chunks, no_mismatch); // per chunk: pattern | kind << 32
   std::uint64_t* first_ptr = first.data();
   std::uint64_t bad = 0;
+  // Host-only by design: every bit pattern of the scalar conversions, checked on the host.
   Kokkos::parallel_reduce(
       what,
       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
