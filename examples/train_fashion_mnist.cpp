@@ -30,6 +30,12 @@
 // with or without it. Either way the first step of a single-process run prints the bytes of
 // activations the model keeps between forward and backward (nn::saved_activation_bytes).
 //
+// --accum K (with --plan) accumulates the gradients of K consecutive batches per optimizer step
+// (parallel::plan_stage::forward_backward_accumulated): each batch's forward and backward without
+// the data-parallel reduction, their mean reduced once per step (DDP's no_sync); a tail of
+// fewer than K whole batches per epoch is left out. The weights equal the single process's with
+// --batch K x B within the signature bound below.
+//
 // Every flag's value is checked whole and range-checked (train_fashion_mnist_options.hpp); a bad
 // one prints what is wrong and the usage line and exits with code 2.
 //
@@ -77,6 +83,7 @@
 #include <tessera/nn.hpp>
 #include <tessera/tensor/host_mirror.hpp>
 #include <tessera/train/checkpoint.hpp>
+#include <tessera/train/grad_accumulation.hpp>
 #include <tessera/train/loss_scaler.hpp>
 #include <tessera/train/sgd.hpp>
 #include <tessera/train/step.hpp>
@@ -465,6 +472,7 @@ int run_plan(const options& o) {
         nn::SoftmaxCrossEntropy loss;
         tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
         tessera::train::dynamic_scaler<> scaler;
+        tessera::train::grad_accumulator accumulator; // --accum
         const auto params = stage.parameters();
         nn::set_recompute(stage.stage(), o.recompute); // this rank's Recompute segments
         // --zero: the optimizer sharded over the data group (the unsharded `opt` then unused).
@@ -500,15 +508,31 @@ int run_plan(const options& o) {
           auto last_bar = t0;
           double loss_sum = 0;
           index_t seen = 0, skipped = 0, steps = 0;
-          for (index_t b = 0; b < train_set.n; b += o.batch) {
+          // --accum K: K batches per optimizer step (a tail of fewer than K whole batches is
+          // left out), each summed without the data-parallel reduction, reduced once.
+          const index_t per_step = o.batch * o.accum;
+          for (index_t b = 0; b < train_set.n; b += per_step) {
             const index_t e = std::min(train_set.n, b + o.batch);
             const index_t used = (e - b) / granule * granule, share = used / D;
             if (used == 0) continue;
+            if (o.accum > 1 && b + per_step > train_set.n) break;
             ++steps;
-            const index_t first = b + mesh.at.data * share;
-            buf.fill(train_set, order, first, first + share);
             const float s = scaled ? scaler.scale() : 1.f;
-            const float l = stage.forward_backward(exec, buf.x, buf.y, loss, s);
+            float l = 0;
+            if (o.accum > 1) {
+              l = stage.forward_backward_accumulated(
+                  exec, o.accum,
+                  [&](int k) {
+                    const index_t first = b + index_t(k) * o.batch + mesh.at.data * share;
+                    buf.fill(train_set, order, first, first + share);
+                    return std::make_pair(buf.x, buf.y);
+                  },
+                  loss, accumulator, s);
+            } else {
+              const index_t first = b + mesh.at.data * share;
+              buf.fill(train_set, order, first, first + share);
+              l = stage.forward_backward(exec, buf.x, buf.y, loss, s);
+            }
             if constexpr (Z > 0 && scaled) {
               skipped += sharded.step(exec, scaler, mesh.world) ? 0 : 1;
             } else if constexpr (Z > 0) {
@@ -518,8 +542,8 @@ int run_plan(const options& o) {
             } else {
               opt.step(exec, params);
             }
-            loss_sum += static_cast<double>(l) * static_cast<double>(used);
-            seen += used;
+            loss_sum += static_cast<double>(l) * static_cast<double>(used * o.accum);
+            seen += used * o.accum;
             if (root && o.progress && (seconds_since(last_bar) > 0.25 || e == train_set.n)) {
               last_bar = clock_type::now();
               const int width = 30, fill = static_cast<int>(width * e / train_set.n);

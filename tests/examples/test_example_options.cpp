@@ -194,3 +194,17 @@ TEST_CASE("the recompute flag: a switch, with any other flag", "[examples][optio
   CHECK(resumed.checkpoint == "ck.bin");
   CHECK(resumed.resume == "r.bin");
 }
+
+TEST_CASE("the accum flag (--accum K) takes 1..1024 accumulation steps, with --plan only",
+          "[examples][options]") {
+  CHECK(parse({}).accum == 1);
+  CHECK(parse({"--plan", "data=2", "--accum", "4"}).accum == 4);
+  CHECK(parse({"--accum", "1"}).accum == 1); // no accumulation: no plan needed
+  for (const char* bad : {"0", "1025", "-2", "2.5", "x"}) {
+    INFO("--accum '" << bad << "'");
+    REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--accum", bad}), fashion::usage_error,
+                           what_contains({"--accum"}));
+  }
+  REQUIRE_THROWS_MATCHES(parse({"--accum", "2"}), fashion::usage_error,
+                         what_contains({"--accum 2", "--plan"}));
+}
