@@ -255,7 +255,7 @@ public:
             });
       exec.fence();
       group_.reduce_scatter_sum(send, reduced_.data(), chunk);
-      const float inv = 1.0f / float(d); // as gradient_buckets: the sum, then times 1/D
+      const float inv = 1.0f / float(layout_.ranks); // as gradient_buckets: the sum, then times 1/D
       const std::int64_t lo = layout_.begin(group_.rank()), hi = layout_.end(group_.rank());
       for (std::int64_t i = 0; i < hi - lo; ++i) reduced_(i) *= inv;
       for (const slot& s : whole_) {
