@@ -225,7 +225,7 @@ void check_zero_checkpoint(const char* tag) {
 
 } // namespace
 
-TEST_CASE("plan checkpoints with a sharded optimizer (ZeRO 1, 2)", "[parallel]") {
+TEST_CASE("plan checkpoints with a sharded optimizer: ZeRO stages 1 and 2", "[parallel]") {
   check_zero_checkpoint<tp::plan<tp::data<2, tp::zero<1>>, tp::tensor<2>>,
                         tp::plan<tp::data<2, tp::zero<2>>, tp::tensor<2>>>("z1d2t2");
   check_zero_checkpoint<tp::plan<tp::data<2, tp::zero<2>>, tp::tensor<2>>,
