@@ -22,12 +22,19 @@
 // --collective-timeout SECONDS (default 300, 0: forever) in one collective or transfer names the
 // ranks that did not arrive and ends the job.
 //
-// --recompute (one process; not with --plan, --checkpoint or --resume yet) wraps the two conv
-// blocks and the hidden Linear block in nn::Recompute segments (tessera/nn/recompute.hpp): each
-// keeps only its input between forward and backward and re-runs its forward during backward. The
-// weights start as without it (copied from the unwrapped model) and train to the same bits (the
-// "masters fnv1a" hash below). Either way the first step prints the bytes of activations the
-// model keeps between forward and backward (nn::saved_activation_bytes).
+// --recompute switches on FashionCNN's nn::Recompute segments (tessera/nn/recompute.hpp: the two
+// conv blocks and the hidden Linear block): each keeps only its input between forward and
+// backward and re-runs its forward during backward. Without it they run as the plain layers.
+// The weights are the same either way and train to the same bits (the "masters fnv1a" hash
+// below), with or without --plan; the switch is not training state, so a run may be resumed
+// with or without it. Either way the first step of a single-process run prints the bytes of
+// activations the model keeps between forward and backward (nn::saved_activation_bytes).
+//
+// --accum K (with --plan) accumulates the gradients of K consecutive batches per optimizer step
+// (parallel::plan_stage::forward_backward_accumulated): each batch's forward and backward without
+// the data-parallel reduction, their mean reduced once per step (DDP's no_sync); a tail of
+// fewer than K whole batches per epoch is left out. The weights equal the single process's with
+// --batch K x B within the signature bound below.
 //
 // Every flag's value is checked whole and range-checked (train_fashion_mnist_options.hpp); a bad
 // one prints what is wrong and the usage line and exits with code 2.
@@ -64,7 +71,10 @@
 // with D <= 2). Once per run rank 0 prints its bytes of weights + reduced gradients + optimizer
 // state per parameter next to the formula for SGD with momentum (K = 4 bytes of state per
 // parameter: 4 + 4 + 4/D at stage 1, 4 + 8/D at stage 2; the ZeRO paper's mixed-precision
-// counting gives 4 + 8/D and 2 + 10/D). Not with --checkpoint or --resume (refused).
+// counting gives 4 + 8/D and 2 + 10/D). With --checkpoint each rank also saves its shard of the
+// optimizer state; --resume continues bit-identically under the same plan and --zero stage
+// (another stage or plan is refused, naming both), and a single-process --resume merges the
+// shards as above.
 #include "example_instances.hpp"
 #include "kokkos_args.hpp"
 #include "train_fashion_mnist_options.hpp"
@@ -73,6 +83,7 @@
 #include <tessera/nn.hpp>
 #include <tessera/tensor/host_mirror.hpp>
 #include <tessera/train/checkpoint.hpp>
+#include <tessera/train/grad_accumulation.hpp>
 #include <tessera/train/loss_scaler.hpp>
 #include <tessera/train/sgd.hpp>
 #include <tessera/train/step.hpp>
@@ -106,18 +117,12 @@ namespace nn = tessera::nn;
 using tessera::dyn;
 using tessera::index_t;
 
+/// FashionCNN: the two conv blocks and the hidden Linear block are nn::Recompute segments,
+/// switched on by --recompute (nn::set_recompute) and off otherwise, when they run as the plain
+/// layers (bit-identical either way; the same initial weights as the unwrapped layers). Under
+/// --plan each segment pairs as its Conv2d or Linear (parallel::TensorParallelRecompute).
 template <class P>
-using FashionCNN =
-    nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>,
-                   nn::ReLU, nn::MaxPool2d<2>, nn::Conv2d<32, 64, 3, nn::conv_options{.pad = 1}, P>,
-                   nn::ReLU, nn::MaxPool2d<2>, nn::Flatten, nn::Linear<3136, 128, P>, nn::ReLU,
-                   nn::Linear<128, 10, P>>;
-
-/// FashionCNN with activation recomputation (--recompute): the two conv blocks and the hidden
-/// Linear block each an nn::Recompute segment; the same layers and parameter order (the
-/// weights are copied from FashionCNN<P>(seed), whose seeds per layer differ).
-template <class P>
-using FashionCNNRecompute = nn::Sequential<
+using FashionCNN = nn::Sequential<
     nn::Recompute<
         nn::Sequential<nn::Input<1, 28, 28>, nn::Conv2d<1, 32, 3, nn::conv_options{.pad = 1}, P>,
                        nn::ReLU, nn::MaxPool2d<2>>>,
@@ -266,7 +271,7 @@ void print_masters(const flat_masters& f, long epoch) {
   std::fflush(stdout);
 }
 
-template <class Prec, bool Recompute = false>
+template <class Prec>
 int run(const options& o) {
   using exec_space = Kokkos::DefaultExecutionSpace;
   const exec_space exec;
@@ -279,8 +284,8 @@ int run(const options& o) {
                o.precision.c_str(), long(train_set.n), long(test_set.n), long(o.batch),
                exec_space().concurrency());
 
-  std::conditional_t<Recompute, FashionCNNRecompute<Prec>, FashionCNN<Prec>> model(o.seed);
-  if constexpr (Recompute) nn::copy_parameter_values(FashionCNN<Prec>(o.seed), model);
+  FashionCNN<Prec> model(o.seed);
+  nn::set_recompute(model, o.recompute);
   nn::SoftmaxCrossEntropy loss;
   tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
   constexpr bool scaled = !std::is_same_v<Prec, tessera::fp32>;
@@ -329,7 +334,7 @@ int run(const options& o) {
                      "[train] saved activations between forward and backward: %zu bytes "
                      "per step of %ld images (%s)\n",
                      nn::saved_activation_bytes(model), long(e - b),
-                     Recompute ? "--recompute" : "no recomputation");
+                     o.recompute ? "--recompute" : "no recomputation");
       const float s = scaled ? scaler.scale() : 1.f;
       const auto [l, dlogits] = loss.forward_backward(exec, logits, buf.y, s);
       model.backward(exec, dlogits);
@@ -409,16 +414,18 @@ flat_masters gather_masters(Stage& stage, std::uint64_t seed) {
 void print_zero_memory(const tessera::parallel::zero_memory& m) {
   namespace tp = tessera::parallel;
   const double n = double(m.parameters);
-  std::printf(
-      "zero stage %d, D=%d, optimizer SGD with momentum (K = 4 bytes/parameter): rank 0 "
-      "holds %ld parameters: weights %.3f + reduced gradients %.3f + optimizer state "
-      "%.3f = %.3f bytes/parameter; formula %s = %.3f (ZeRO paper, mixed precision: %s = "
-      "%.3f); not counted: the layers' gradient buffers %.3f bytes/parameter\n",
-      m.stage, m.data, long(m.parameters), double(m.parameter_bytes) / n,
-      double(m.gradient_bytes) / n, double(m.optimizer_bytes) / n, m.per_parameter(),
-      tp::zero_formula_text(m.stage, 4).c_str(), tp::zero_bytes_per_parameter(m.stage, m.data, 4),
-      tp::zero_formula_text(m.stage, 4, true).c_str(),
-      tp::zero_paper_bytes_per_parameter(m.stage, m.data, 4), double(m.local_gradient_bytes) / n);
+  std::printf("zero stage %d, D=%d, optimizer SGD with momentum (K = 4 bytes/parameter): rank 0 "
+              "holds %ld parameters: weights %.3f + reduced gradients %.3f + optimizer state "
+              "%.3f = %.3f bytes/parameter; formula %s = %.3f (ZeRO paper, mixed precision: %s = "
+              "%.3f); not counted: the layers' gradient buffers %.3f and the communication staging "
+              "buffers %.3f bytes/parameter\n",
+              m.stage, m.data, long(m.parameters), double(m.parameter_bytes) / n,
+              double(m.gradient_bytes) / n, double(m.optimizer_bytes) / n, m.per_parameter(),
+              tp::zero_formula_text(m.stage, 4).c_str(),
+              tp::zero_bytes_per_parameter(m.stage, m.data, 4),
+              tp::zero_formula_text(m.stage, 4, true).c_str(),
+              tp::zero_paper_bytes_per_parameter(m.stage, m.data, 4),
+              double(m.local_gradient_bytes) / n, double(m.staging_bytes) / n);
   std::fflush(stdout);
 }
 
@@ -465,7 +472,9 @@ int run_plan(const options& o) {
         nn::SoftmaxCrossEntropy loss;
         tessera::train::sgd opt{.lr = o.lr, .momentum = 0.9f};
         tessera::train::dynamic_scaler<> scaler;
+        tessera::train::grad_accumulator accumulator; // --accum
         const auto params = stage.parameters();
+        nn::set_recompute(stage.stage(), o.recompute); // this rank's Recompute segments
         // --zero: the optimizer sharded over the data group (the unsharded `opt` then unused).
         auto sharded = [&] {
           if constexpr (Z > 0)
@@ -477,7 +486,10 @@ int run_plan(const options& o) {
         tessera::train::run_state state{
             .step = 0, .epoch = 0, .data_seed = o.seed, .precision = o.precision};
         if (!o.resume.empty()) {
-          tp::load_plan_checkpoint(o.resume, stage, opt, scaler, state);
+          if constexpr (Z > 0) // the sharded optimizer's state: this rank's shard
+            tp::load_plan_checkpoint(o.resume, stage, sharded, scaler, state);
+          else
+            tp::load_plan_checkpoint(o.resume, stage, opt, scaler, state);
           if (state.data_seed != o.seed)
             throw tessera::value_error(
                 "train_fashion_mnist: " + o.resume + " was trained with --seed " +
@@ -496,15 +508,31 @@ int run_plan(const options& o) {
           auto last_bar = t0;
           double loss_sum = 0;
           index_t seen = 0, skipped = 0, steps = 0;
-          for (index_t b = 0; b < train_set.n; b += o.batch) {
+          // --accum K: K batches per optimizer step (a tail of fewer than K whole batches is
+          // left out), each summed without the data-parallel reduction, reduced once.
+          const index_t per_step = o.batch * o.accum;
+          for (index_t b = 0; b < train_set.n; b += per_step) {
             const index_t e = std::min(train_set.n, b + o.batch);
             const index_t used = (e - b) / granule * granule, share = used / D;
             if (used == 0) continue;
+            if (o.accum > 1 && b + per_step > train_set.n) break;
             ++steps;
-            const index_t first = b + mesh.at.data * share;
-            buf.fill(train_set, order, first, first + share);
             const float s = scaled ? scaler.scale() : 1.f;
-            const float l = stage.forward_backward(exec, buf.x, buf.y, loss, s);
+            float l = 0;
+            if (o.accum > 1) {
+              l = stage.forward_backward_accumulated(
+                  exec, o.accum,
+                  [&](int k) {
+                    const index_t first = b + index_t(k) * o.batch + mesh.at.data * share;
+                    buf.fill(train_set, order, first, first + share);
+                    return std::make_pair(buf.x, buf.y);
+                  },
+                  loss, accumulator, s);
+            } else {
+              const index_t first = b + mesh.at.data * share;
+              buf.fill(train_set, order, first, first + share);
+              l = stage.forward_backward(exec, buf.x, buf.y, loss, s);
+            }
             if constexpr (Z > 0 && scaled) {
               skipped += sharded.step(exec, scaler, mesh.world) ? 0 : 1;
             } else if constexpr (Z > 0) {
@@ -514,8 +542,8 @@ int run_plan(const options& o) {
             } else {
               opt.step(exec, params);
             }
-            loss_sum += static_cast<double>(l) * static_cast<double>(used);
-            seen += used;
+            loss_sum += static_cast<double>(l) * static_cast<double>(used * o.accum);
+            seen += used * o.accum;
             if (root && o.progress && (seconds_since(last_bar) > 0.25 || e == train_set.n)) {
               last_bar = clock_type::now();
               const int width = 30, fill = static_cast<int>(width * e / train_set.n);
@@ -555,8 +583,12 @@ int run_plan(const options& o) {
           }
           state.step += steps;
           state.epoch = epoch;
-          if (!o.checkpoint.empty())
-            tp::save_plan_checkpoint(o.checkpoint, stage, opt, scaler, state);
+          if (!o.checkpoint.empty()) {
+            if constexpr (Z > 0)
+              tp::save_plan_checkpoint(o.checkpoint, stage, sharded, scaler, state);
+            else
+              tp::save_plan_checkpoint(o.checkpoint, stage, opt, scaler, state);
+          }
         }
         if constexpr (Z > 0)
           if (root) print_zero_memory(stage.memory(sharded));
@@ -608,12 +640,6 @@ int main(int argc, char* argv[]) {
                                      : run_any_plan<tessera::bf16>(o);
       });
 #endif
-    if (o.recompute) {
-      if (o.precision == "fp32") return run<tessera::fp32, true>(o);
-      if (o.precision == "bf16") return run<tessera::bf16, true>(o);
-      if (o.precision == "fp16") return run<tessera::fp16, true>(o);
-      return run<nn::fp8<>, true>(o);
-    }
     if (o.precision == "fp32") return run<tessera::fp32>(o);
     if (o.precision == "bf16") return run<tessera::bf16>(o);
     if (o.precision == "fp16") return run<tessera::fp16>(o);

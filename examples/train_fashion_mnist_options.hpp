@@ -33,12 +33,13 @@ struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint, resume;
   bool progress = true;
-  // --recompute: nn::Recompute segments (one process only)
+  // --recompute: FashionCNN's nn::Recompute segments recompute (any run; not training state)
   bool recompute = false;
   std::string plan;                                      // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
-  int zero = 0; // --zero 1|2 (with --plan): the ZeRO stage of the data split; 0: none
+  int zero = 0;  // --zero 1|2 (with --plan): the ZeRO stage of the data split; 0: none
+  int accum = 1; // --accum K (with --plan): K batches of gradients per optimizer step
 };
 
 /// A bad command line; what() says what is wrong.
@@ -55,7 +56,7 @@ inline const char* usage_text() {
          "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; under mpiexec -n "
          "D*T*P)] "
          "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)] "
-         "[--zero 1|2 (with --plan; not with --checkpoint or --resume)]";
+         "[--zero 1|2 (with --plan)] [--accum K (1..1024, with --plan)]";
 }
 
 namespace detail {
@@ -199,6 +200,8 @@ inline options parse_options(int argc, const char* const* argv) {
       o.recompute = true;
     } else if (a == "--plan") {
       o.plan = nonempty(next());
+    } else if (a == "--accum") {
+      o.accum = detail::parse_integer<int>(a, next(), 1, 1024);
     } else if (a == "--zero") {
       o.zero = detail::parse_integer<int>(a, next(), 1, 2);
     } else if (a == "--collective-timeout") {
@@ -215,20 +218,14 @@ inline options parse_options(int argc, const char* const* argv) {
     if (!seen_epochs) o.epochs = 3;
   }
   if (!o.plan.empty()) detail::parse_plan(o);
+  if (o.accum != 1 && o.plan.empty())
+    throw usage_error("--accum " + std::to_string(o.accum) +
+                      " accumulates gradients under --plan (one data-parallel reduction per "
+                      "optimizer step); give --plan data=D,... too");
   if (o.zero != 0 && o.plan.empty())
     throw usage_error("--zero " + std::to_string(o.zero) +
                       " shards the optimizer over the data-parallel ranks of a --plan run; give "
                       "--plan data=D,... too");
-  if (o.zero != 0 && (!o.checkpoint.empty() || !o.resume.empty()))
-    throw usage_error("--zero " + std::to_string(o.zero) +
-                      " with --checkpoint or --resume: plan "
-                      "checkpoints do not hold sharded optimizer state yet; train without "
-                      "--zero to checkpoint");
-  if (o.recompute && !o.plan.empty())
-    throw usage_error("--recompute runs in one process: it does not combine with --plan yet");
-  if (o.recompute && (!o.checkpoint.empty() || !o.resume.empty()))
-    throw usage_error("--recompute does not combine with --checkpoint / --resume (the wrapped "
-                      "model's parameter names differ)");
   return o;
 }
 

@@ -138,7 +138,7 @@ TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") 
   CHECK((ck.plan_data == 2 && ck.checkpoint == "c" && ck.resume == "r"));
 }
 
-TEST_CASE("the zero flag (--zero 1|2) takes a ZeRO stage, with --plan only, not with checkpoints",
+TEST_CASE("the zero flag (--zero 1|2) takes a ZeRO stage, with --plan only",
           "[examples][options]") {
   CHECK(parse({"--plan", "data=2", "--zero", "1"}).zero == 1);
   CHECK(parse({"--zero", "2", "--plan", "data=3,tensor=2"}).zero == 2);
@@ -149,10 +149,11 @@ TEST_CASE("the zero flag (--zero 1|2) takes a ZeRO stage, with --plan only, not 
   }
   REQUIRE_THROWS_MATCHES(parse({"--zero", "1"}), fashion::usage_error,
                          what_contains({"--zero 1", "--plan"}));
-  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--zero", "2", "--checkpoint", "c"}),
-                         fashion::usage_error, what_contains({"--zero 2", "--checkpoint"}));
-  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--zero", "1", "--resume", "r"}),
-                         fashion::usage_error, what_contains({"--zero 1", "--resume"}));
+  // With plan checkpoints: each rank saves its shard of the optimizer state.
+  const auto ck = parse({"--plan", "data=2", "--zero", "2", "--checkpoint", "c", "--resume", "r"});
+  CHECK(ck.zero == 2);
+  CHECK(ck.checkpoint == "c");
+  CHECK(ck.resume == "r");
 }
 
 TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {
@@ -181,14 +182,29 @@ TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {
   REQUIRE_THROWS_AS(fashion::parse_options(3, argv), fashion::usage_error);
 }
 
-TEST_CASE("the recompute flag: a switch, one process only", "[examples][options]") {
+TEST_CASE("the recompute flag: a switch, with any other flag", "[examples][options]") {
   CHECK_FALSE(parse({}).recompute);
   CHECK(parse({"--recompute"}).recompute);
   CHECK(parse({"--recompute", "--precision", "fp8"}).recompute);
-  REQUIRE_THROWS_MATCHES(parse({"--recompute", "--plan", "data=2"}), fashion::usage_error,
-                         what_contains({"--recompute", "--plan"}));
-  REQUIRE_THROWS_MATCHES(parse({"--checkpoint", "ck.bin", "--recompute"}), fashion::usage_error,
-                         what_contains({"--recompute", "--checkpoint"}));
-  REQUIRE_THROWS_MATCHES(parse({"--recompute", "--resume", "ck.bin"}), fashion::usage_error,
-                         what_contains({"--recompute", "--resume"}));
+  const auto planned = parse({"--recompute", "--plan", "data=2,tensor=2", "--zero", "1"});
+  CHECK(planned.recompute);
+  CHECK(planned.plan_tensor == 2);
+  const auto resumed = parse({"--checkpoint", "ck.bin", "--recompute", "--resume", "r.bin"});
+  CHECK(resumed.recompute);
+  CHECK(resumed.checkpoint == "ck.bin");
+  CHECK(resumed.resume == "r.bin");
+}
+
+TEST_CASE("the accum flag (--accum K) takes 1..1024 accumulation steps, with --plan only",
+          "[examples][options]") {
+  CHECK(parse({}).accum == 1);
+  CHECK(parse({"--plan", "data=2", "--accum", "4"}).accum == 4);
+  CHECK(parse({"--accum", "1"}).accum == 1); // no accumulation: no plan needed
+  for (const char* bad : {"0", "1025", "-2", "2.5", "x"}) {
+    INFO("--accum '" << bad << "'");
+    REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--accum", bad}), fashion::usage_error,
+                           what_contains({"--accum"}));
+  }
+  REQUIRE_THROWS_MATCHES(parse({"--accum", "2"}), fashion::usage_error,
+                         what_contains({"--accum 2", "--plan"}));
 }

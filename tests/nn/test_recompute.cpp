@@ -8,7 +8,10 @@
 //    history) is identical after the steps: a recomputing forward that recorded its amaxes a
 //    second time would leave longer / different histories;
 //  - the saved-activation bytes after each forward, for both models, against what each layer
-//    keeps computed here from the shapes and the precisions' storage sizes.
+//    keeps computed here from the shapes and the precisions' storage sizes;
+//  - the same models with recomputation switched off (nn::set_recompute(model, false)):
+//    bit-identical and keeping the unwrapped model's activations, also switched every step;
+//  - seeds: a model with Recompute segments starts from the unwrapped model's weights.
 #include "nn_testing.hpp"
 
 #include <tessera/nn/recompute.hpp>
@@ -103,13 +106,35 @@ void check_same_fp8_states(A& u, B& w) {
   (std::make_index_sequence<n>{});
 }
 
-/// Runs `steps` training steps on both models (same weights, same data) and checks outputs,
-/// gradients, dx (and fp8 states at the end); the saved bytes after each forward must be
-/// want_u / want_w. Returns nothing: every check is a CHECK.
+/// Every parameter's name suffix, shape and values bit for bit equal (a Recompute segment's
+/// parameters are named "<segment>.<layer>.<name>", the unwrapped model's "<layer>.<name>").
+template <class A, class B>
+void check_same_initial_weights(const A& u, const B& w) {
+  const auto pu = u.parameters();
+  const auto pw = w.parameters();
+  constexpr std::size_t n = decltype(boost::hana::length(pu))::value;
+  static_assert(n == decltype(boost::hana::length(pw))::value);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const auto one = [](const auto& a, const auto& b) {
+      INFO(a.name << " vs " << b.name);
+      const std::string leaf_a = a.name.substr(a.name.rfind('.'));
+      const std::string leaf_b = b.name.substr(b.name.rfind('.'));
+      CHECK(leaf_a == leaf_b);
+      CHECK(bits_equal(a.value, b.value));
+    };
+    (one(boost::hana::at_c<I>(pu), boost::hana::at_c<I>(pw)), ...);
+  }
+  (std::make_index_sequence<n>{});
+}
+
+/// Runs `steps` training steps on both models (built from the same seed: the same weights,
+/// checked first; the same data) and checks outputs, gradients, dx (and fp8 states at the
+/// end); the saved bytes after each forward must be want_u / want_w. Returns nothing: every
+/// check is a CHECK.
 template <class P, class U, class W, class InExt>
 void compare_runs(U& u, W& w, const InExt& in_ext, std::size_t want_u, std::size_t want_w,
                   int steps = 3) {
-  nn::copy_parameter_values(u, w);
+  check_same_initial_weights(u, w);
   using act = nn::activation_t<P>;
   for (int s = 0; s < steps; ++s) {
     INFO("step " << s);
@@ -172,8 +197,15 @@ void mlp_case() {
   const std::size_t want_w = B * In * a + B * H * a + B * H * (S::ref ? a : o) + B * O * (a + sc);
   REQUIRE(want_w < want_u);
   U u(1);
-  W w(2);
+  W w(1);
   compare_runs<P>(u, w, extents<dyn, In>(B), want_u, want_w);
+  // Recomputation switched off: the unwrapped model's bits and its saved activations.
+  U u2(1);
+  W w2(1);
+  nn::set_recompute(w2, false);
+  CHECK_FALSE(w2.template layer<0>().enabled());
+  CHECK_FALSE(w2.template layer<1>().enabled());
+  compare_runs<P>(u2, w2, extents<dyn, In>(B), want_u, want_u);
 }
 
 // ---- FashionCNN-shaped conv stack ---------------------------------------------------------
@@ -204,8 +236,13 @@ void cnn_case() {
   const std::size_t want_w = x * a + p1 * a + p2 * (S::ref ? a : o) + out * (a + sc);
   REQUIRE(want_w < want_u);
   U u(3);
-  W w(4);
+  W w(3);
   compare_runs<P>(u, w, extents<dyn, 1, 12, 12>(B), want_u, want_w);
+  // Recomputation switched off: the unwrapped model's bits and its saved activations.
+  U u2(3);
+  W w2(3);
+  nn::set_recompute(w2, false);
+  compare_runs<P>(u2, w2, extents<dyn, 1, 12, 12>(B), want_u, want_u);
 }
 
 // ---- GPT block ---------------------------------------------------------------------------
@@ -227,8 +264,8 @@ void gpt_case() {
   const std::size_t want_w = 2 * n * S::a;
   const std::size_t at_least_u = n * S::a * (1 + 3 + 1 + 1 + 1 + 1 + 4 + 4 + 1 + 1) + 2 * n * 4;
   U u(5);
-  W w(6);
-  nn::copy_parameter_values(u, w);
+  W w(5);
+  check_same_initial_weights(u, w);
   const auto x = tensor_from<nn::activation_t<P>>(uniform_values(n, 7), extents<dyn, T, D>(B));
   (void)u.forward(exec_space(), x);
   const std::size_t got_u = nn::saved_activation_bytes(u);
@@ -236,7 +273,7 @@ void gpt_case() {
   // The unwrapped count, once measured, is what compare_runs then checks at every step.
   Kokkos::fence();
   U u2(5);
-  W w2(6);
+  W w2(5);
   compare_runs<P>(u2, w2, extents<dyn, T, D>(B), got_u, want_w);
 }
 
@@ -305,4 +342,59 @@ TEST_CASE("nn::Recompute: backward needs its own forward", "[nn][recompute]") {
   CHECK_THROWS_AS(r.segment().backward(exec_space(), dy), value_error);
   CHECK_NOTHROW(r.backward(exec_space(), dy));
   CHECK_THROWS_AS(r.backward(exec_space(), dy), value_error); // a second one: no forward
+}
+
+TEST_CASE("nn::Recompute: seeds pass through to the segment's layers", "[nn][recompute]") {
+  // Layer k of the flat model and the same layer inside a segment get the same seed, also
+  // after a segment (the Linear after two segments is flat layer 4, not outer layer 2).
+  using U =
+      nn::Sequential<nn::Linear<3, 5>, nn::ReLU, nn::Linear<5, 4>, nn::ReLU, nn::Linear<4, 2>>;
+  using W =
+      nn::Sequential<nn::Recompute<nn::Sequential<nn::Linear<3, 5>, nn::ReLU>>,
+                     nn::Recompute<nn::Sequential<nn::Linear<5, 4>, nn::ReLU>>, nn::Linear<4, 2>>;
+  static_assert(nn::Recompute<nn::Sequential<nn::Linear<3, 5>, nn::ReLU>>::seed_span == 2);
+  static_assert(nn::Recompute<nn::ReLU>::seed_span == 1);
+  const U u(9);
+  const W w(9);
+  check_same_initial_weights(u, w);
+  // Independent of the wrapper code: the last Linear is what Linear(counter_rng{9, 4}) makes.
+  const nn::Linear<4, 2> last(counter_rng{9, 4}.bits(0));
+  CHECK(bits_equal(boost::hana::at_c<4>(w.parameters()).value,
+                   boost::hana::at_c<0>(last.parameters()).value));
+  const auto names = [](const auto& m) {
+    std::string out;
+    boost::hana::for_each(m.parameters(), [&](const auto& p) { out += p.name + " "; });
+    return out;
+  };
+  CHECK(names(w) == "0.0.weight 0.0.bias 1.0.weight 1.0.bias 2.weight 2.bias ");
+}
+
+TEST_CASE("nn::Recompute: switched off between steps, the same bits", "[nn][recompute]") {
+  // Alternating the switch every step changes no bit against the unwrapped model, and each
+  // forward keeps what the switch says.
+  using U = nn::Sequential<nn::Linear<6, 8>, nn::ReLU, nn::Linear<8, 4>>;
+  using W = nn::Sequential<nn::Recompute<U>>;
+  U u(4);
+  W w(4);
+  check_same_initial_weights(u, w);
+  for (int s = 0; s < 4; ++s) {
+    INFO("step " << s);
+    const bool on = s % 2 == 0;
+    nn::set_recompute(w, on);
+    const auto x = tensor_from<fp32>(uniform_values(3 * 6, 30 + s), extents<dyn, 6>(3));
+    const auto yu = u.forward(exec_space(), x);
+    const auto yw = w.forward(exec_space(), x);
+    CHECK(bits_equal(yu, yw));
+    if (on)
+      CHECK(nn::saved_activation_bytes(w) == 3 * 6 * 4); // the kept x only
+    else
+      CHECK(nn::saved_activation_bytes(w) == nn::saved_activation_bytes(u));
+    const auto dy = tensor_from<fp32>(uniform_values(3 * 4, 40 + s), yu.extents());
+    const auto dxu = u.backward(exec_space(), dy, true);
+    const auto dxw = w.backward(exec_space(), dy, true);
+    CHECK(bits_equal(dxu, dxw));
+    check_same_gradients(u, w);
+    sgd_step(u, 0.1f);
+    sgd_step(w, 0.1f);
+  }
 }

@@ -6,7 +6,10 @@
 //    as the gathered shards, the run state, and (momentum restored) the next step equal to the
 //    plan's next step within the fp32 tolerance of plan_check.hpp;
 //  - refused, on every rank and after the merge, by a run of another precision.
-// Run on 4 ranks (data 1, tensor 2, pipeline 2) and 8 ranks (2, 2, 2).
+// With a sharded optimizer (ZeRO stages 1 and 2, data 2): each rank's shard of the momentum
+// saved and restored (the next step bit for bit), another stage refused naming both, and the
+// merge gathering the shards (the next single-process step within the tolerance).
+// Run on 4 ranks (data 1, tensor 2, pipeline 2; data 2, tensor 2) and 8 ranks (2, 2, 2).
 #include "plan_check.hpp"
 
 #include <tessera/parallel/checkpoint.hpp>
@@ -128,7 +131,109 @@ void check_checkpoint(const char* tag) {
   if (world.rank() == 0) fs::remove_all(dir);
 }
 
+template <class Stage, class Sharded>
+void train_sharded(Stage& stage, Sharded& opt, int first_step, int steps) {
+  Kokkos::DefaultExecutionSpace exec;
+  nn::SoftmaxCrossEntropy loss;
+  const int share = opts.global_batch / stage.mesh().shape.data;
+  const int first = stage.mesh().at.data * share;
+  for (int step = first_step; step < first_step + steps; ++step) {
+    auto x = make_input<Model>(share);
+    Kokkos::View<int*> labels("labels", share);
+    fill_batch(step, first, x, labels);
+    stage.forward_backward(exec, x, labels, loss);
+    opt.step(exec);
+  }
+}
+
+/// Plan has data<2, zero<Z>>; Other the same plan at another ZeRO stage.
+template <class Plan, class Other>
+void check_zero_checkpoint(const char* tag) {
+  auto world = tp::mpi_communicator::world();
+  if (world.size() != Plan::world_size) return;
+  const fs::path dir = scratch_dir(tag);
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  std::map<std::string, std::vector<float>> saved, after_three;
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, opts.seed, opts.bucket_bytes, [&](auto& stage) {
+    auto opt = stage.make_optimizer(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f});
+    tessera::train::static_scaler scaler;
+    train_sharded(stage, opt, 0, 2);
+    saved = stage.gather_parameters();
+    tp::save_plan_checkpoint(dir, stage, opt, scaler,
+                             {.step = 2, .epoch = 0, .data_seed = 9, .precision = "fp32"});
+    train_sharded(stage, opt, 2, 1);
+    after_three = stage.gather_parameters();
+  });
+  CHECK(fs::exists(dir / ("rank-" + std::to_string(world.rank()) + ".zero.tsr")));
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, 12345, opts.bucket_bytes, [&](auto& stage) {
+    auto opt = stage.make_optimizer(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f});
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp32"};
+    train_sharded(stage, opt, 0, 1); // momentum to be overwritten
+    tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
+    CHECK(run.step == 2);
+    CHECK(opt.steps() == 2);
+    CHECK(stage.gather_parameters() == saved);
+    train_sharded(stage, opt, 2, 1);
+    CHECK(stage.gather_parameters() == after_three); // bit for bit: the momentum shard restored
+  });
+  // The same plan at another ZeRO stage, and the unsharded optimizer, are refused.
+  tp::mesh<Other, tp::mpi_communicator> other(world);
+  tp::with_plan_stage<Other, Model, Kind, M>(other, 1, opts.bucket_bytes, [&](auto& stage) {
+    auto opt = stage.make_optimizer(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f});
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp32"};
+    CHECK_THROWS_WITH(tp::load_plan_checkpoint(dir, stage, opt, scaler, run),
+                      Catch::Contains("at ZeRO stage " + std::to_string(Plan::zero_stage) +
+                                      ", not at ZeRO stage " + std::to_string(Other::zero_stage)));
+  });
+  // Merged: the shards of the momentum gathered, so one single-process step lands on the plan's.
+  if (world.rank() == 0) tp::merge_plan_checkpoint(dir, dir / "whole.tsr");
+  world.barrier();
+  {
+    Kokkos::DefaultExecutionSpace exec;
+    Model model(99);
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp32"};
+    tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run);
+    CHECK(run.step == 2);
+    CHECK(opt.steps() == 2);
+    const auto merged = values_by_name(model.parameters());
+    for (const auto& [name, v] : saved) CHECK(merged.at(name) == v);
+    nn::SoftmaxCrossEntropy loss;
+    auto x = make_input<Model>(opts.global_batch);
+    Kokkos::View<int*> labels("labels", opts.global_batch);
+    fill_batch(2, 0, x, labels);
+    auto y = model.forward(exec, x);
+    auto [l, dlogits] = loss.forward_backward(exec, y, labels);
+    (void)l;
+    model.backward(exec, dlogits);
+    opt.step(exec, model.parameters());
+    const auto next = values_by_name(model.parameters());
+    float diff = 0;
+    for (const auto& [name, v] : after_three)
+      for (std::size_t i = 0; i < v.size(); ++i)
+        diff = std::max(diff, std::fabs(v[i] - next.at(name)[i]));
+    INFO(Plan::name() << ": one step after the merged ZeRO checkpoint, max |w - w_plan| = "
+                      << diff);
+    CHECK(diff <= fp32_tolerance);
+  }
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
 } // namespace
+
+TEST_CASE("plan checkpoints with a sharded optimizer: ZeRO stages 1 and 2", "[parallel]") {
+  check_zero_checkpoint<tp::plan<tp::data<2, tp::zero<1>>, tp::tensor<2>>,
+                        tp::plan<tp::data<2, tp::zero<2>>, tp::tensor<2>>>("z1d2t2");
+  check_zero_checkpoint<tp::plan<tp::data<2, tp::zero<2>>, tp::tensor<2>>,
+                        tp::plan<tp::data<2, tp::zero<1>>, tp::tensor<2>>>("z2d2t2");
+  check_zero_checkpoint<tp::plan<tp::data<2, tp::zero<2>>, tp::tensor<2>, tp::pipeline<2>>,
+                        tp::plan<tp::data<2, tp::zero<1>>, tp::tensor<2>, tp::pipeline<2>>>(
+      "z2d2t2p2");
+}
 
 TEST_CASE("plan checkpoints: save, restore, merge into one process", "[parallel]") {
   check_checkpoint<tp::plan<tp::tensor<2>, tp::pipeline<2>>>("t2p2");

@@ -111,6 +111,13 @@ void check_memory(const zero_run& r, int stage, int slots) {
   // The reduced gradients: the buckets' fp32 buffers (whole) at stages 0 and 1, the padded
   // reduce-scatter shard at stage 2.
   CHECK(m.gradient_bytes == std::size_t(stage == 2 ? 4 * ((n + d - 1) / d) : 4 * n));
+  // The staging buffers, sized once: stage 2's reduce-scatter input (D padded chunks), stages
+  // 1 and 2's all-gather (one chunk in, D out); none at stage 0.
+  const std::size_t chunk = std::size_t((n + d - 1) / d);
+  CHECK(m.staging_bytes == 4 * chunk *
+                               std::size_t(stage == 2   ? 2 * d + 1
+                                           : stage == 1 ? d + 1
+                                                        : 0));
   // Balanced: shards differ by at most one element and cover N.
   if (stage > 0) {
     std::int64_t total = 0, lo = n, hi = 0;

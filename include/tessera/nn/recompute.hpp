@@ -24,6 +24,15 @@
 /// forward state (no dropout, no batch statistics); a layer that gains some must expose it the
 /// same way.
 ///
+/// Run-time switch: set_enabled(false) (or nn::set_recompute(model, false) over a whole model)
+/// makes the segment run as if unwrapped: its layers keep their activations and backward runs
+/// without a recomputing forward; the results are bit-identical either way. So a model type
+/// written with Recompute segments serves both, and the choice is not training state.
+///
+/// Seeds: Recompute declares seed_span (its segment's layers, nn::flat_seed, nn/sequential.hpp),
+/// so in a Sequential the segment's layers get the seeds they have without the wrapper: a
+/// model with Recompute segments starts from the same weights as the same layers unwrapped.
+///
 /// Memory: nn::saved_activation_bytes(model) counts what the layers keep between a forward and
 /// its backward (nn::activation_ledger; each allocation once). A Recompute holds its input's
 /// copy only, so a model cut into k segments keeps about the k segment inputs plus the largest
@@ -39,6 +48,7 @@
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/residual.hpp>
 #include <tessera/nn/sequential.hpp>
+#include <tessera/tensor/ops.hpp>
 
 #include <boost/hana/at.hpp>
 #include <boost/hana/length.hpp>
@@ -100,6 +110,25 @@ struct segment_input<Sequential<F, Rest...>> {
   using input_extents = typename F::input_extents;
 };
 
+/// The flat layers a segment stands for (nn::flat_seed): a Sequential's summed, else its own.
+template <class S>
+struct segment_span {
+  static constexpr std::size_t value = seed_span_v<S>;
+};
+template <class... Ls>
+struct segment_span<Sequential<Ls...>> {
+  static constexpr std::size_t value = (seed_span_v<Ls> + ...);
+};
+/// A segment built as the flat layers from s.first on: a Sequential from s itself, a layer
+/// standing for several from s, any other layer as Sequential builds layer s.first.
+template <class S>
+S make_seeded(flat_seed s) {
+  if constexpr (std::is_constructible_v<S, flat_seed>)
+    return S(s);
+  else
+    return make_seeded<S>(s.seed, s.first);
+}
+
 template <class S>
 auto fp8_states_of(S& s) {
   if constexpr (requires { s.fp8_states(); })
@@ -146,8 +175,23 @@ public:
       layer_traits<Segment>::tensor_split == split_kind::per_feature ? split_kind::per_feature
                                                                      : split_kind::replicate;
 
+  /// The flat layers the segment stands for (nn::flat_seed): a Sequential segment's layers,
+  /// else 1. In a Sequential (or a pipeline stage) the segment's layers get the seeds they have
+  /// in the same model without the Recompute: the same initial weights.
+  static constexpr std::size_t seed_span = detail::segment_span<Segment>::value;
+
   /// The segment is built as Segment(seed).
   explicit Recompute(std::uint64_t seed = 0) : segment_(seed), x_("recompute.x") {}
+  /// The segment's layers built as layers s.first, s.first + 1, ... of a flat model seeded with
+  /// s.seed (what a Sequential gives its layer: see nn::flat_seed).
+  explicit Recompute(flat_seed s) : segment_(detail::make_seeded<Segment>(s)), x_("recompute.x") {}
+
+  /// Whether forward keeps only the segment's input and backward recomputes (default), or the
+  /// segment runs as if unwrapped (its layers keep their activations, backward runs directly):
+  /// the results are bit-identical either way. A run-time switch (nn::set_recompute sets it
+  /// over a model); change it between a backward and the next forward.
+  bool enabled() const noexcept { return enabled_; }
+  void set_enabled(bool on) noexcept { enabled_ = on; }
 
   Segment& segment() noexcept { return segment_; }
   const Segment& segment() const noexcept { return segment_; }
@@ -156,23 +200,21 @@ public:
   /// The segment's fp8 scaling states (empty unless it computes in fp8).
   auto fp8_states() { return detail::fp8_states_of(segment_); }
 
-  /// The segment's output for x; keeps a copy of x only.
+  /// The segment's output for x; keeps a copy of x only (when enabled).
   template <class Exec, class P, class E>
   auto forward(const Exec& exec, const Tensor<P, E, layout_right, M>& x) {
     static_assert(accepts<E>,
                   "tessera::nn::Recompute::forward: the segment does not accept the input.");
+    rerun_ = nullptr;
+    x_.release();
+    if (!enabled_) {
+      ran_unwrapped_ = true;
+      return segment_.forward(exec, x);
+    }
+    ran_unwrapped_ = false;
     fp8_before_ = detail::fp8_snapshot(segment_);
     auto kept = x_.template get<P>(x.extents());
-    const auto* src = x.data();
-    auto* dst = kept.data();
-    detail::for_chunks(
-        exec, "tessera::nn::Recompute::forward[keep]", x.size(),
-        KOKKOS_LAMBDA(const index_t begin, const index_t end) {
-          const auto* s = src;
-          auto* d = dst;
-          for (index_t i = begin; i < end; ++i) d[i] = s[i];
-        });
-    exec.fence();
+    tessera::deep_copy(kept, x);
     auto y = segment_.forward(exec, kept);
     detail::release_activations_of(segment_);
     rerun_ = [exec, kept](Segment& s) { (void)s.forward(exec, kept); };
@@ -180,9 +222,14 @@ public:
   }
 
   /// Re-runs the segment's forward from the kept input (fp8 states as before the first
-  /// forward, then as that forward left them), then its backward; frees both afterwards.
+  /// forward, then as that forward left them), then its backward; frees both afterwards. After
+  /// a forward with recomputation disabled, the segment's backward alone.
   template <class Exec, class DY>
   auto backward(const Exec& exec, const DY& dy, bool need_dx = true) {
+    if (ran_unwrapped_) {
+      ran_unwrapped_ = false;
+      return segment_.backward(exec, dy, need_dx);
+    }
     if (!rerun_)
       throw value_error("tessera::nn::Recompute::backward: called before forward (each backward "
                         "needs its own forward: the segment's activations are recomputed once)");
@@ -208,6 +255,7 @@ public:
     detail::release_activations_of(segment_);
     x_.release();
     rerun_ = nullptr;
+    ran_unwrapped_ = false;
   }
 
 private:
@@ -215,7 +263,40 @@ private:
   detail::any_buffer x_;
   std::function<void(Segment&)> rerun_;
   snapshot_type fp8_before_{};
+  bool enabled_ = true;
+  bool ran_unwrapped_ = false; // the last forward ran with recomputation disabled
 };
+
+namespace detail {
+template <class L>
+void set_recompute_in(L& layer, bool on);
+template <class L, std::size_t... K>
+void set_recompute_layers(L& model, bool on, std::index_sequence<K...>) {
+  (set_recompute_in(model.template layer<K>(), on), ...);
+}
+template <class L>
+void set_recompute_in(L& layer, bool on) {
+  if constexpr (requires { layer.set_enabled(on), layer.segment(); }) {
+    layer.set_enabled(on);
+    set_recompute_in(layer.segment(), on);
+  } else if constexpr (requires {
+                         L::size();
+                         layer.template layer<0>();
+                       }) {
+    set_recompute_layers(layer, on, std::make_index_sequence<L::size()>{});
+  }
+}
+} // namespace detail
+
+/// Switches recomputation on or off in every nn::Recompute of `model` (an nn::Sequential, a
+/// pipeline stage, or anything with size() and layer<K>(); Recompute segments nested in
+/// segments included): see Recompute::set_enabled. Nothing else changes: weights, optimizer
+/// and fp8 states are the same either way, so the switch is free to differ between a run and
+/// its resume.
+template <class Model>
+void set_recompute(Model& model, bool on) {
+  detail::set_recompute_in(model, on);
+}
 
 /// The bytes of activations `model` keeps now (after a forward: what its backward will read),
 /// each allocation once: see nn::activation_ledger.
@@ -224,33 +305,6 @@ std::size_t saved_activation_bytes(const L& model) {
   activation_ledger l;
   detail::count_activations_of(model, l);
   return l.bytes();
-}
-
-/// Copies the parameter values of `from` into `to`, parameter by parameter in parameters()
-/// order (a wrapped model's weights from the unwrapped model of the same layers, whose seeds
-/// differ). Throws shape_error when the counts or a shape differ.
-template <class From, class To>
-void copy_parameter_values(const From& from, const To& to) {
-  const auto a = from.parameters();
-  const auto b = to.parameters();
-  constexpr std::size_t n = decltype(boost::hana::length(a))::value;
-  if constexpr (n != decltype(boost::hana::length(b))::value) {
-    throw shape_error("tessera::nn::copy_parameter_values: the models have " + std::to_string(n) +
-                      " and " + std::to_string(decltype(boost::hana::length(b))::value) +
-                      " parameters");
-  } else {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      const auto one = [](const auto& p, const auto& q) {
-        if (shape_string(p.value.extents()) != shape_string(q.value.extents()))
-          throw shape_error("tessera::nn::copy_parameter_values: " + p.name + " has shape " +
-                            shape_string(p.value.extents()) + " but " + q.name + " has " +
-                            shape_string(q.value.extents()));
-        Kokkos::deep_copy(q.value.kokkos_view(), p.value.kokkos_view());
-      };
-      (one(boost::hana::at_c<I>(a), boost::hana::at_c<I>(b)), ...);
-    }
-    (std::make_index_sequence<n>{});
-  }
 }
 
 } // namespace tessera::nn

@@ -152,6 +152,46 @@ struct static_shape_check<First, Rest...> {
 
 } // namespace detail
 
+/// The seed of a layer that stands for several consecutive layers of a flat model (an
+/// nn::Recompute segment): the model's seed and the flat index of its first layer. A layer type
+/// that declares `static constexpr std::size_t seed_span` (the number of flat layers it stands
+/// for) and a constructor from flat_seed is built by Sequential (and a pipeline stage) from
+/// flat_seed{model seed, its first flat index}; every other layer counts as one flat layer and
+/// gets counter_rng{model seed, its flat index}.bits(0). So a model whose layers are grouped
+/// into Recompute segments starts from the same weights as the same layers ungrouped.
+struct flat_seed {
+  std::uint64_t seed = 0;
+  std::size_t first = 0;
+};
+
+/// The number of flat layers L stands for (see flat_seed): its seed_span, else 1.
+template <class L>
+inline constexpr std::size_t seed_span_v = [] {
+  if constexpr (requires { L::seed_span; })
+    return std::size_t(L::seed_span);
+  else
+    return std::size_t(1);
+}();
+
+namespace detail {
+/// The flat index of layer I of the list Ls (the spans of the layers before it, summed).
+template <std::size_t I, class... Ls>
+inline constexpr std::size_t flat_offset = [] {
+  constexpr std::size_t spans[] = {seed_span_v<Ls>..., 0};
+  std::size_t sum = 0;
+  for (std::size_t k = 0; k < I; ++k) sum += spans[k];
+  return sum;
+}();
+/// Layer type L built for flat index `index` of a model seeded with `seed` (see flat_seed).
+template <class L>
+L make_seeded(std::uint64_t seed, std::size_t index) {
+  if constexpr (requires { L::seed_span; })
+    return L(flat_seed{seed, index});
+  else
+    return L(counter_rng{seed, index}.bits(0));
+}
+} // namespace detail
+
 template <class... Layers>
 class Sequential {
   static_assert(sizeof...(Layers) >= 1, "tessera::nn::Sequential: give at least one layer.");
@@ -179,9 +219,13 @@ public:
   template <class InExt>
   using output_extents = chain_t<InExt>;
 
-  /// Layer i gets the seed counter_rng{seed, i}.bits(0): a seed fixes the whole model.
+  /// Layer i gets the seed counter_rng{seed, i}.bits(0): a seed fixes the whole model. (i
+  /// counts flat layers: a Recompute segment before layer i counts as its layers, flat_seed.)
   explicit Sequential(std::uint64_t seed = 0)
-      : Sequential(seed, std::make_index_sequence<sizeof...(Layers)>{}) {}
+      : Sequential(flat_seed{seed, 0}, std::make_index_sequence<sizeof...(Layers)>{}) {}
+  /// The layers as layers s.first, s.first + 1, ... of a flat model seeded with s.seed (a
+  /// Recompute segment's, flat_seed).
+  explicit Sequential(flat_seed s) : Sequential(s, std::make_index_sequence<sizeof...(Layers)>{}) {}
 
   /// Layer I (a reference into the model).
   template <std::size_t I>
@@ -237,8 +281,9 @@ public:
 
 private:
   template <std::size_t... I>
-  Sequential(std::uint64_t seed, std::index_sequence<I...>)
-      : layers_(Layers(counter_rng{seed, I}.bits(0))...) {}
+  Sequential(flat_seed s, std::index_sequence<I...>)
+      : layers_(
+            detail::make_seeded<Layers>(s.seed, s.first + detail::flat_offset<I, Layers...>)...) {}
 
   template <std::size_t... I>
   auto parameters_impl(std::index_sequence<I...>) const {

@@ -21,15 +21,23 @@
 ///                    tessera-plan-checkpoint 1
 ///                    plan data <D> tensor <T> pipeline <P>
 ///                    ranks <D * T * P>
+///   rank-<r>.zero.tsr  (ZeRO stage >= 1 only; the manifest then ends with "zero <Z>") rank r's
+///                  shard of the optimizer state: train::save_checkpoint of the pieces it
+///                  updates ("3.weight[a:b]", a flat element range) with their optimizer slots;
+///                  its rank-<r>.tsr then holds the whole parameters and no optimizer slots.
 /// Every file is written atomically (train's write_file_atomically). The data replicas hold
 /// identical state, so a merge reads the ranks of data coordinate 0: for each parameter, the T
 /// shards of its stage's tensor group are put back together (as gather_parameters does), and
-/// so are its optimizer slots (momentum, Adam moments); scalars come from rank 0.
+/// so are its optimizer slots (momentum, Adam moments); scalars come from rank 0. A ZeRO run's
+/// optimizer slots are first put together per rank from the D pieces of its data group (in
+/// element order), its step count taken from the pieces of data rank 0. A resume must use the
+/// plan and ZeRO stage it was saved with (others refused, naming both).
 
 #include <tessera/parallel/runner.hpp>
 #include <tessera/train/checkpoint.hpp>
 
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,6 +68,7 @@ inline std::string read_text(const std::string& who, const std::filesystem::path
 
 struct plan_manifest {
   int data = 0, tensor = 0, pipeline = 0, ranks = 0;
+  int zero = 0; // the ZeRO stage (a "zero <Z>" line; absent: 0)
 };
 
 inline plan_manifest read_manifest(const std::string& who, const std::filesystem::path& dir) {
@@ -76,7 +85,28 @@ inline plan_manifest read_manifest(const std::string& who, const std::filesystem
       m.data < 1 || m.tensor < 1 || m.pipeline < 1 || m.ranks != m.data * m.tensor * m.pipeline)
     throw value_error(who + ": '" + (dir / "manifest.txt").string() +
                       "' is not a version-1 plan checkpoint manifest");
+  std::string zero_key;
+  if (in >> zero_key) {
+    in >> m.zero;
+    if (zero_key != "zero" || !in || m.zero < 0 || m.zero > 2)
+      throw value_error(who + ": '" + (dir / "manifest.txt").string() +
+                        "' has a malformed line after 'ranks' (expected 'zero 0|1|2')");
+  }
   return m;
+}
+
+inline std::string plan_text(int data, int tensor, int pipeline) {
+  return "plan(data=" + std::to_string(data) + ", tensor=" + std::to_string(tensor) +
+         ", pipeline=" + std::to_string(pipeline) + ")";
+}
+
+/// "3.weight[10:20]" -> {"3.weight", 10}: a ZeRO shard piece's parameter and first element.
+inline std::pair<std::string, std::int64_t> piece_of(const std::string& who,
+                                                     const std::string& name) {
+  const std::size_t open = name.rfind('['), colon = name.rfind(':');
+  if (open == std::string::npos || colon == std::string::npos || colon < open || name.back() != ']')
+    throw value_error(who + ": '" + name + "' is not a ZeRO shard piece (NAME[a:b])");
+  return {name.substr(0, open), std::stoll(name.substr(open + 1, colon - open - 1))};
 }
 
 struct shard_entry {
@@ -173,20 +203,27 @@ inline bool is_plan_checkpoint(const std::filesystem::path& dir) {
          std::filesystem::is_regular_file(dir / "manifest.txt", ec);
 }
 
-/// Saves this rank's part of a parallel run into `dir` (created if needed); a collective over
-/// the plan's world. Throws value_error on every rank if any rank fails.
-template <class Stage, class Optimizer, class Scaler>
-void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const Optimizer& opt,
-                          const Scaler& scaler, const train::run_state& run) {
+namespace detail {
+
+inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r,
+                                       const char* ext = ".tsr") {
+  return dir / ("rank-" + std::to_string(r) + ext);
+}
+
+/// save_plan_checkpoint's body: `save_rank(path)` writes the rank's .tsr, `save_zero(path)` its
+/// shard of the sharded optimizer (a no-op without ZeRO).
+template <class Stage, class SaveRank, class SaveZero>
+void save_plan(const std::filesystem::path& dir, Stage& stage, int zero, SaveRank&& save_rank,
+               SaveZero&& save_zero) {
   const std::string who = "tessera::parallel::save_plan_checkpoint";
   auto& m = stage.mesh();
   const int r = m.world.rank();
-  detail::on_every_rank(m.world, who, [&] {
+  on_every_rank(m.world, who, [&] {
     if (r == 0) std::filesystem::create_directories(dir);
   });
-  detail::on_every_rank(m.world, who, [&] {
-    train::save_checkpoint(dir / ("rank-" + std::to_string(r) + ".tsr"), stage.parameters(), opt,
-                           scaler, run);
+  on_every_rank(m.world, who, [&] {
+    save_rank(rank_file(dir, r));
+    save_zero(rank_file(dir, r, ".zero.tsr"));
     std::string text = "tessera-plan-shard 1\nrank " + std::to_string(r) + " data " +
                        std::to_string(m.at.data) + " tensor " + std::to_string(m.at.tensor) +
                        " pipeline " + std::to_string(m.at.pipeline) + "\n";
@@ -195,54 +232,125 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
       std::size_t k = 0;
       boost::hana::for_each(layer.parameters(), [&](const auto& p) {
         shard_spec s{};
-        if constexpr (detail::TensorParallelLayer<L>) s = L::shards[k];
+        if constexpr (TensorParallelLayer<L>) s = L::shards[k];
         ++k;
         text += "param " + std::to_string(decltype(index)::value) + "." + p.name + " split " +
                 (s.split ? "1" : "0") + " dim " + std::to_string(s.dim) + "\n";
       });
     });
-    train::detail::ckpt::write_file_atomically(who, dir / ("rank-" + std::to_string(r) + ".txt"),
-                                               detail::text_bytes(text));
+    train::detail::ckpt::write_file_atomically(who, rank_file(dir, r, ".txt"), text_bytes(text));
   });
-  detail::on_every_rank(m.world, who, [&] {
+  on_every_rank(m.world, who, [&] {
     if (r == 0)
       train::detail::ckpt::write_file_atomically(
           who, dir / "manifest.txt",
-          detail::text_bytes(
-              "tessera-plan-checkpoint 1\nplan data " + std::to_string(m.shape.data) + " tensor " +
-              std::to_string(m.shape.tensor) + " pipeline " + std::to_string(m.shape.pipeline) +
-              "\nranks " + std::to_string(m.shape.world()) + "\n"));
+          text_bytes("tessera-plan-checkpoint 1\nplan data " + std::to_string(m.shape.data) +
+                     " tensor " + std::to_string(m.shape.tensor) + " pipeline " +
+                     std::to_string(m.shape.pipeline) + "\nranks " +
+                     std::to_string(m.shape.world()) + "\nzero " + std::to_string(zero) + "\n"));
   });
+}
+
+/// load_plan_checkpoint's body: the manifest must name this plan and ZeRO stage.
+template <class Stage, class LoadRank>
+void load_plan(const std::filesystem::path& dir, Stage& stage, int zero, LoadRank&& load_rank) {
+  const std::string who = "tessera::parallel::load_plan_checkpoint";
+  auto& m = stage.mesh();
+  on_every_rank(m.world, who, [&] {
+    const auto man = read_manifest(who, dir);
+    if (man.data != m.shape.data || man.tensor != m.shape.tensor ||
+        man.pipeline != m.shape.pipeline)
+      throw value_error(who + ": '" + dir.string() + "' holds a run of " +
+                        plan_text(man.data, man.tensor, man.pipeline) + ", not of " +
+                        m.shape.name() +
+                        "; merge_plan_checkpoint turns it into a single-process checkpoint");
+    if (man.zero != zero)
+      throw value_error(who + ": '" + dir.string() + "' holds a run of " +
+                        plan_text(man.data, man.tensor, man.pipeline) + " at ZeRO stage " +
+                        std::to_string(man.zero) + ", not at ZeRO stage " + std::to_string(zero) +
+                        " (the optimizer state is sharded another way); "
+                        "merge_plan_checkpoint turns it into a single-process checkpoint");
+  });
+  on_every_rank(m.world, who, [&] { load_rank(m.world.rank()); });
+}
+
+} // namespace detail
+
+/// Saves this rank's part of a parallel run into `dir` (created if needed); a collective over
+/// the plan's world. Throws value_error on every rank if any rank fails.
+template <class Stage, class Optimizer, class Scaler>
+void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const Optimizer& opt,
+                          const Scaler& scaler, const train::run_state& run) {
+  detail::save_plan(
+      dir, stage, 0,
+      [&](const std::filesystem::path& f) {
+        train::save_checkpoint(f, stage.parameters(), opt, scaler, run);
+      },
+      [](const std::filesystem::path&) {});
+}
+
+/// The same for a run whose optimizer is sharded (ZeRO stage Z >= 1, parallel/zero.hpp): each
+/// rank also writes rank-<r>.zero.tsr, its shard of the optimizer state (the pieces of the
+/// parameters it updates, named "<parameter>[a:b]" by their flat element range), and
+/// rank-<r>.tsr holds its whole parameter values with an empty optimizer; the manifest records
+/// the stage ("zero <Z>").
+template <class Stage, int Z, class Optimizer, Communicator C, class Scaler>
+void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
+                          const sharded_optimizer<Z, Optimizer, C>& opt, const Scaler& scaler,
+                          const train::run_state& run) {
+  Optimizer blank = opt.optimizer();
+  blank.state = {};
+  detail::save_plan(
+      dir, stage, Z,
+      [&](const std::filesystem::path& f) {
+        train::save_checkpoint(f, stage.parameters(), blank, scaler, run);
+      },
+      [&](const std::filesystem::path& f) {
+        train::save_checkpoint(f, opt.pieces(), opt.optimizer(), scaler, run);
+      });
 }
 
 /// Restores a run saved by save_plan_checkpoint under the same plan: each rank loads its own
 /// shard (train::load_checkpoint: validated first, nothing changed on refusal). A collective;
-/// throws value_error on every rank if the plan differs or any rank's load fails.
+/// throws value_error on every rank if the plan differs (naming both), if the checkpoint was
+/// saved with a sharded optimizer (ZeRO, naming the stage), or if any rank's load fails.
 template <class Stage, class Optimizer, class Scaler>
 void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, Optimizer& opt,
                           Scaler& scaler, train::run_state& run) {
-  const std::string who = "tessera::parallel::load_plan_checkpoint";
-  auto& m = stage.mesh();
-  detail::on_every_rank(m.world, who, [&] {
-    const auto man = detail::read_manifest(who, dir);
-    if (man.data != m.shape.data || man.tensor != m.shape.tensor ||
-        man.pipeline != m.shape.pipeline)
-      throw value_error(
-          who + ": '" + dir.string() + "' holds a run of plan(data=" + std::to_string(man.data) +
-          ", tensor=" + std::to_string(man.tensor) + ", pipeline=" + std::to_string(man.pipeline) +
-          "), not of " + m.shape.name() +
-          "; merge_plan_checkpoint turns it into a single-process checkpoint");
-  });
   train::run_state staged = run;
-  detail::on_every_rank(m.world, who, [&] {
-    train::load_checkpoint(dir / ("rank-" + std::to_string(m.world.rank()) + ".tsr"),
-                           stage.parameters(), opt, scaler, staged);
+  detail::load_plan(dir, stage, 0, [&](int r) {
+    train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), opt, scaler, staged);
+  });
+  run = staged;
+}
+
+/// The same for a sharded optimizer: the checkpoint must come from the same plan at the same
+/// ZeRO stage Z (another is refused naming both); each rank loads its parameters and its shard
+/// of the optimizer state.
+template <class Stage, int Z, class Optimizer, Communicator C, class Scaler>
+void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
+                          sharded_optimizer<Z, Optimizer, C>& opt, Scaler& scaler,
+                          train::run_state& run) {
+  train::run_state staged = run;
+  detail::load_plan(dir, stage, Z, [&](int r) {
+    Optimizer blank = opt.optimizer();
+    blank.state = {};
+    Scaler scaler_copy = scaler;
+    train::run_state zero_run = run;
+    Optimizer sharded = opt.optimizer();
+    // The pieces first (their values are the rank file's values), then the whole parameters;
+    // the sharded optimizer state is applied only when both loaded.
+    train::load_checkpoint(detail::rank_file(dir, r, ".zero.tsr"), opt.pieces(), sharded,
+                           scaler_copy, zero_run);
+    train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), blank, scaler, staged);
+    opt.optimizer() = std::move(sharded);
   });
   run = staged;
 }
 
 /// Merges the plan checkpoint in `dir` into one single-process checkpoint at `out` (atomically),
-/// which train::load_checkpoint loads into the whole model. One process; no MPI needed. Throws
+/// which train::load_checkpoint loads into the whole model (a ZeRO run's optimizer shards
+/// gathered first: see the file comment). One process; no MPI needed. Throws
 /// value_error if a file is missing or malformed or the shards do not fit together.
 inline void merge_plan_checkpoint(const std::filesystem::path& dir,
                                   const std::filesystem::path& out) {
@@ -255,12 +363,79 @@ inline void merge_plan_checkpoint(const std::filesystem::path& dir,
     std::vector<ck::parsed_record> records;
   };
   std::vector<source> sources; // the ranks of data coordinate 0
+  std::vector<detail::rank_fragment> fragments;
+  for (int r = 0; r < man.ranks; ++r) fragments.push_back(detail::read_fragment(who, dir, r));
   for (int r = 0; r < man.ranks; ++r) {
-    detail::rank_fragment f = detail::read_fragment(who, dir, r);
-    if (f.data != 0) continue;
-    source s{std::move(f), ck::read_file(who, dir / ("rank-" + std::to_string(r) + ".tsr")), {}};
-    s.records = ck::parse(who, (dir / ("rank-" + std::to_string(r) + ".tsr")).string(), s.bytes);
+    if (fragments[std::size_t(r)].data != 0) continue;
+    source s{fragments[std::size_t(r)], ck::read_file(who, detail::rank_file(dir, r)), {}};
+    s.records = ck::parse(who, detail::rank_file(dir, r).string(), s.bytes);
     sources.push_back(std::move(s));
+  }
+  // ZeRO: each source's optimizer records (empty in its .tsr) put back together from the
+  // shard pieces of the ranks that share its tensor and pipeline coordinates (one per data
+  // coordinate), in element order; the step count from the data-0 rank's piece file.
+  std::vector<source> zero_files(std::size_t(man.zero > 0 ? man.ranks : 0));
+  std::deque<std::vector<unsigned char>> owned; // payloads of the records put together
+  for (int r = 0; r < int(zero_files.size()); ++r) {
+    zero_files[std::size_t(r)].fragment = fragments[std::size_t(r)];
+    zero_files[std::size_t(r)].bytes = ck::read_file(who, detail::rank_file(dir, r, ".zero.tsr"));
+    zero_files[std::size_t(r)].records = ck::parse(
+        who, detail::rank_file(dir, r, ".zero.tsr").string(), zero_files[std::size_t(r)].bytes);
+  }
+  for (source& s : sources) {
+    if (man.zero == 0) break;
+    std::map<std::string, const ck::parsed_record*> params; // "3.weight" -> its param record
+    std::vector<ck::parsed_record> kept;
+    for (const ck::parsed_record& rec : s.records) {
+      if (rec.name.rfind("param/", 0) == 0) params[rec.name.substr(6)] = &rec;
+      if (rec.name.rfind("optim/", 0) != 0) kept.push_back(rec);
+    }
+    // Per optimizer record ("optim/sgd/momentum_buffer/3.weight"): its pieces by first element.
+    std::map<std::string, std::map<std::int64_t, const ck::parsed_record*>> pieces;
+    for (const source& z : zero_files) {
+      if (z.fragment.tensor != s.fragment.tensor || z.fragment.pipeline != s.fragment.pipeline)
+        continue;
+      for (const ck::parsed_record& rec : z.records) {
+        if (rec.name.rfind("optim/", 0) != 0) continue;
+        const std::string param = detail::parameter_of(rec.name);
+        if (param.empty()) { // the step count: the same on every rank
+          if (z.fragment.data == 0) kept.push_back(rec);
+          continue;
+        }
+        const auto [whole, first] = detail::piece_of(who, param);
+        const std::string name = rec.name.substr(0, rec.name.size() - param.size()) + whole;
+        if (!pieces[name].emplace(first, &rec).second)
+          throw value_error(who + ": the piece '" + rec.name + "' appears twice");
+      }
+    }
+    for (const auto& [name, by_first] : pieces) {
+      const std::string param = detail::parameter_of(name);
+      const auto it = params.find(param);
+      if (it == params.end())
+        throw value_error(who + ": the optimizer record '" + name + "' of rank " +
+                          std::to_string(s.fragment.rank) + "'s shard belongs to no parameter");
+      std::vector<unsigned char> payload;
+      for (const auto& [first, rec] : by_first) {
+        if (std::int64_t(payload.size() / sizeof(float)) != first || rec->type != ck::dtype::f32)
+          throw value_error(who + ": the fp32 pieces of '" + name +
+                            "' do not cover it contiguously (a data rank's file missing?)");
+        payload.insert(payload.end(), rec->data, rec->data + rec->bytes);
+      }
+      if (payload.size() != it->second->bytes)
+        throw value_error(who + ": the pieces of '" + name + "' hold " +
+                          std::to_string(payload.size() / sizeof(float)) +
+                          " values, the parameter " +
+                          std::to_string(it->second->bytes / sizeof(float)));
+      owned.push_back(std::move(payload));
+      ck::parsed_record whole;
+      whole.name = name;
+      whole.type = ck::dtype::f32;
+      whole.shape = it->second->shape;
+      whole.data = owned.back().data();
+      whole.bytes = owned.back().size();
+      kept.push_back(std::move(whole));
+    }
+    s.records = std::move(kept);
   }
   // Per record name: the shards by tensor coordinate (those of one pipeline stage).
   std::map<std::string, std::map<int, const ck::parsed_record*>> shards;

@@ -166,8 +166,8 @@ struct stage_bounds {
 };
 
 /// Layers [Begin, End) of Model, initialised exactly as in the whole Model (layer I from
-/// counter_rng{seed, I}) and with the same parameter names ("I.weight"), so a stage's
-/// parameters are the whole model's, cut.
+/// counter_rng{seed, I}, I its flat index: nn::flat_seed) and with the same parameter names
+/// ("I.weight"), so a stage's parameters are the whole model's, cut.
 template <class Model, std::size_t Begin, std::size_t End>
 class pipeline_stage {
   static_assert(Begin < End && End <= model_traits<Model>::size,
@@ -209,9 +209,19 @@ public:
   }
 
 private:
+  // Layer I's flat index (nn::flat_seed: a Recompute segment counts as its layers).
+  template <std::size_t I>
+  static constexpr std::size_t flat_index = [] {
+    std::size_t sum = 0;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      ((sum += nn::seed_span_v<typename model_traits<Model>::template layer<J>>), ...);
+    }
+    (std::make_index_sequence<I>{});
+    return sum;
+  }();
   template <std::size_t... K>
   pipeline_stage(std::uint64_t seed, std::index_sequence<K...>)
-      : layers_(layer_t<K>(counter_rng{seed, Begin + K}.bits(0))...) {}
+      : layers_(nn::detail::make_seeded<layer_t<K>>(seed, flat_index<Begin + K>)...) {}
 
   template <std::size_t... K>
   auto parameters_impl(std::index_sequence<K...>) const {

@@ -142,6 +142,42 @@ public:
     return global_mean(l);
   }
 
+  /// Gradient accumulation outside the pipeline: K accumulation steps, each a forward and
+  /// backward of this rank's share `batch(k)` (a pair (x, labels), B samples each, the same B
+  /// for every k; on the schedule as forward_backward) WITHOUT the data-parallel reduction (as
+  /// DDP's no_sync), their gradients summed in `acc` (train::grad_accumulator, empty before),
+  /// then divided by K and reduced over the data group ONCE (the gradient buckets at ZeRO
+  /// stages 0 and 1; at stage 2 sharded_optimizer::step reduce-scatters them). Afterwards every
+  /// parameter's grad is its part of the gradient of the mean loss over the K global batches
+  /// (times grad_scale), as forward_backward on their union would leave it up to the order of
+  /// the fp32 sums. Returns that mean loss, on every rank.
+  template <class Exec, class BatchOf, class Loss, class Accumulator>
+  float forward_backward_accumulated(const Exec& exec, int K, BatchOf&& batch, Loss& loss,
+                                     Accumulator& acc, float grad_scale = 1.f) {
+    if (K < 1)
+      throw value_error("tessera::parallel::plan_stage::forward_backward_accumulated: K = " +
+                        std::to_string(K) + " accumulation steps; give at least 1");
+    float sum = 0;
+    for (int k = 0; k < K; ++k) {
+      const auto [x, labels] = batch(k);
+      if constexpr (stages == 1 && MicroBatches == 1) {
+        const auto y = stage_.forward(exec, x);
+        const auto result = loss.forward_backward(exec, y, labels, grad_scale);
+        sum += result.loss;
+        stage_.backward(exec, result.dlogits, false);
+      } else {
+        using In = typename stage_input_at<split_model, bounds, S, std::remove_cvref_t<decltype(x)>,
+                                           Exec>::type;
+        sum += run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(
+            exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
+      }
+      acc.accumulate(exec, stage_.parameters());
+    }
+    acc.finish(exec, stage_.parameters());                // grad = sum / K
+    if constexpr (zero_stage < 2) buckets_->finish(exec); // the one reduction of this step
+    return global_mean(sum / float(K));
+  }
+
   /// Forward only (one micro-batch): the loss sum and correct predictions over the global batch,
   /// on every rank.
   template <class Exec, class X, class Labels, class Loss>

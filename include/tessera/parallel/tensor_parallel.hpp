@@ -32,6 +32,11 @@
 /// is replicated: every tensor rank computes it whole, with identical results. Conv2d with
 /// groups != 1 and every other layer with parameters are replicated too.
 ///
+/// An nn::Recompute whose segment is a Sequential of one splittable layer among per-feature
+/// layers (e.g. Conv2d, ReLU, MaxPool2d) pairs as its splittable layer and is split inside
+/// (TensorParallelRecompute); any other Recompute is replicated or passed through as it
+/// declares (nn/recompute.hpp).
+///
 /// Which layers pair, pass through or are replicated is what each layer declares
 /// (`tensor_split`, read through nn::layer_traits, nn/layer.hpp): nn::split_kind::splittable
 /// (Linear, Conv2d with groups 1), per_feature (ReLU, GELU, MaxPool2d, Flatten, Input), and
@@ -609,6 +614,18 @@ template <class L>
 struct tp_kind_of {
   static constexpr tp_kind value = nn::layer_traits<L>::tensor_split;
 };
+/// An nn::Recompute segment that is a Sequential of one splittable layer among per-feature
+/// layers (Conv2d, ReLU, MaxPool2d) pairs as that layer does: split inside, see
+/// TensorParallelRecompute.
+template <class... Ls>
+struct tp_kind_of<nn::Recompute<nn::Sequential<Ls...>>> {
+  static constexpr int splittable = ((tp_kind_of<Ls>::value == tp_kind::splittable) + ...);
+  static constexpr bool others_per_feature = ((tp_kind_of<Ls>::value != tp_kind::replicate) && ...);
+  static constexpr tp_kind value =
+      splittable == 1 && others_per_feature
+          ? tp_kind::splittable
+          : nn::layer_traits<nn::Recompute<nn::Sequential<Ls...>>>::tensor_split;
+};
 
 /// Pairs each splittable layer with the next one when only per-feature layers lie between.
 template <std::size_t N>
@@ -758,6 +775,72 @@ template <std::size_t I, class... Ls, int T>
 requires(T > 1) struct split_layer<I, nn::Residual<Ls...>, split_role::replicate, T> {
   using impl = split_residual_impl<I, T, std::index_sequence_for<Ls...>,
                                    std::index_sequence_for<Ls...>, Ls...>;
+  static constexpr bool ok = impl::ok;
+  using type = typename impl::type;
+};
+
+} // namespace detail
+
+/// nn::Recompute<nn::Sequential<Ls...>> with its one splittable layer split (tensor_split_t's
+/// rule for such a segment, paired with the splittable layer or segment next to it): the
+/// segment's forward, backward and recomputation are nn::Recompute's, its layers those of the
+/// split (the splittable one column- or row-parallel, the per-feature ones as they are).
+/// `shards` lists its parameters' splits in parameters() order.
+template <int T, class Segment>
+class TensorParallelRecompute;
+template <int T, class... Layers>
+class TensorParallelRecompute<T, nn::Sequential<Layers...>>
+    : public nn::Recompute<nn::Sequential<Layers...>> {
+  using base = nn::Recompute<nn::Sequential<Layers...>>;
+  template <class L>
+  static constexpr std::size_t count =
+      decltype(boost::hana::length(std::declval<const L&>().parameters()))::value;
+  static constexpr std::size_t total = (count<Layers> + ... + 0);
+
+public:
+  static constexpr int tensor_size = T;
+  static constexpr std::array<shard_spec, total> shards = [] {
+    std::array<shard_spec, total> out{};
+    std::size_t k = 0;
+    const auto add = [&]<class L>(L*) {
+      for (std::size_t i = 0; i < count<L>; ++i) {
+        if constexpr (requires { L::shards; })
+          out[k++] = L::shards[i];
+        else
+          out[k++] = shard_spec{};
+      }
+    };
+    (add(static_cast<Layers*>(nullptr)), ...);
+    return out;
+  }();
+
+  explicit TensorParallelRecompute(std::uint64_t seed = 0) : base(seed) {}
+  explicit TensorParallelRecompute(nn::flat_seed s) : base(s) {}
+  /// Binds the segment's tensor-parallel layer.
+  void bind(const tensor_group& g) {
+    detail::check_group("TensorParallelRecompute", T, g);
+    bind_tensor_group(this->segment(), g);
+  }
+};
+
+namespace detail {
+
+/// A Recompute segment paired as a whole: its splittable layer takes the role R, the others
+/// stay.
+template <std::size_t I, int T, split_role R, class... Ls>
+struct split_recompute_impl {
+  static constexpr bool ok =
+      (split_layer < I, Ls,
+       tp_kind_of<Ls>::value == tp_kind::splittable ? R : split_role::replicate, T > ::ok && ...);
+  using type = TensorParallelRecompute<
+      T, nn::Sequential<typename split_layer<
+             I, Ls, tp_kind_of<Ls>::value == tp_kind::splittable ? R : split_role::replicate,
+             T>::type...>>;
+};
+template <std::size_t I, class... Ls, split_role R, int T>
+requires(R !=
+         split_role::replicate) struct split_layer<I, nn::Recompute<nn::Sequential<Ls...>>, R, T> {
+  using impl = split_recompute_impl<I, T, R, Ls...>;
   static constexpr bool ok = impl::ok;
   using type = typename impl::type;
 };

@@ -113,6 +113,9 @@ struct zero_memory {
   std::size_t gradient_bytes = 0;       ///< the reduced gradients kept for the step
   std::size_t optimizer_bytes = 0;      ///< the optimizer state (measured from its buffers)
   std::size_t local_gradient_bytes = 0; ///< the layers' gradient buffers (not in the formula)
+  /// The host staging buffers of the reduce-scatter (stage 2: D x chunk floats) and the
+  /// all-gather (stages 1 and 2: (D + 1) x chunk floats), allocated once (not in the formula).
+  std::size_t staging_bytes = 0;
 
   /// Parameters + reduced gradients + optimizer state.
   std::size_t total() const noexcept { return parameter_bytes + gradient_bytes + optimizer_bytes; }
@@ -211,6 +214,14 @@ public:
     }
     if constexpr (Stage == 2)
       reduced_ = host_view("tessera::parallel::sharded_optimizer::reduced", layout_.chunk());
+    // The staging buffers of every step, allocated once; their padding (past the last
+    // element, chunk x D > N) is never written and stays zero.
+    const std::size_t chunk = std::size_t(layout_.chunk()), d = std::size_t(layout_.ranks);
+    if constexpr (Stage == 2) send_.assign(chunk * d, 0.f);
+    if constexpr (Stage >= 1) {
+      mine_.assign(chunk, 0.f);
+      all_.assign(chunk * d, 0.f);
+    }
   }
 
   /// The wrapped optimizer (hyper-parameters, set_lr, steps(); its state is this rank's shard).
@@ -232,21 +243,19 @@ public:
   void reduce_gradients(const Exec& exec) {
     if constexpr (Stage == 2) {
       if (reduced_now_) return;
-      const int d = layout_.ranks;
       const std::int64_t chunk = layout_.chunk();
-      std::vector<float> send(std::size_t(chunk * d), 0.f); // transient: N floats, padded
+      float* send = send_.data(); // d x chunk floats, padded (allocated once)
       exec.fence();
       for (const slot& s : whole_)
         layout_.for_each_owner(
             s.offset, s.offset + std::int64_t(s.grad.extent(0)),
             [&](int q, std::int64_t a, std::int64_t b) {
-              Kokkos::deep_copy(exec,
-                                host_at(send.data() + q * chunk + (a - layout_.begin(q)), b - a),
+              Kokkos::deep_copy(exec, host_at(send + q * chunk + (a - layout_.begin(q)), b - a),
                                 Kokkos::subview(s.grad, local(s, a, b)));
             });
       exec.fence();
-      group_.reduce_scatter_sum(send.data(), reduced_.data(), chunk);
-      const float inv = 1.0f / float(d); // as gradient_buckets: the sum, then times 1/D
+      group_.reduce_scatter_sum(send, reduced_.data(), chunk);
+      const float inv = 1.0f / float(layout_.ranks); // as gradient_buckets: the sum, then times 1/D
       const std::int64_t lo = layout_.begin(group_.rank()), hi = layout_.end(group_.rank());
       for (std::int64_t i = 0; i < hi - lo; ++i) reduced_(i) *= inv;
       for (const slot& s : whole_) {
@@ -331,6 +340,7 @@ public:
       m.local_gradient_bytes += s.grad.extent(0) * sizeof(float);
     }
     m.gradient_bytes = reduce_buffer_bytes + reduced_.extent(0) * sizeof(float);
+    m.staging_bytes = (send_.size() + mine_.size() + all_.size()) * sizeof(float);
     for (const auto& slot_buffers : opt_.state.slots)
       for (const auto& b : slot_buffers) m.optimizer_bytes += b.extent(0) * sizeof(float);
     return m;
@@ -363,26 +373,27 @@ private:
   template <class Exec>
   void gather(const Exec& exec) {
     if constexpr (Stage >= 1) {
-      const int d = layout_.ranks, r = group_.rank();
+      const int r = group_.rank();
       const std::int64_t chunk = layout_.chunk(), lo = layout_.begin(r), hi = layout_.end(r);
-      std::vector<float> mine(std::size_t(chunk), 0.f), all(std::size_t(chunk * d));
+      float* mine = mine_.data(); // chunk floats (allocated once)
+      float* all = all_.data();   // d x chunk floats
       for (const slot& s : whole_) {
         const std::int64_t a = std::max(lo, s.offset),
                            b = std::min(hi, s.offset + std::int64_t(s.value.extent(0)));
         if (a < b)
-          Kokkos::deep_copy(exec, host_at(mine.data() + (a - lo), b - a),
+          Kokkos::deep_copy(exec, host_at(mine + (a - lo), b - a),
                             Kokkos::subview(s.value, local(s, a, b)));
       }
       exec.fence();
-      group_.all_gather(mine.data(), all.data(), chunk);
+      group_.all_gather(mine, all, chunk);
       for (const slot& s : whole_)
-        layout_.for_each_owner(
-            s.offset, s.offset + std::int64_t(s.value.extent(0)),
-            [&](int q, std::int64_t a, std::int64_t b) {
-              if (q != r)
-                Kokkos::deep_copy(exec, Kokkos::subview(s.value, local(s, a, b)),
-                                  host_at(all.data() + q * chunk + (a - layout_.begin(q)), b - a));
-            });
+        layout_.for_each_owner(s.offset, s.offset + std::int64_t(s.value.extent(0)),
+                               [&](int q, std::int64_t a, std::int64_t b) {
+                                 if (q != r)
+                                   Kokkos::deep_copy(
+                                       exec, Kokkos::subview(s.value, local(s, a, b)),
+                                       host_at(all + q * chunk + (a - layout_.begin(q)), b - a));
+                               });
       exec.fence();
     } else {
       (void)exec;
@@ -395,6 +406,9 @@ private:
   shard_layout layout_;
   boost::hana::tuple<std::vector<vector_piece>, std::vector<matrix_piece>> pieces_;
   host_view reduced_; // stage 2: this rank's reduced gradient shard (chunk floats)
+  // Host staging of the reduce-scatter (stage 2) and the all-gather (stages 1, 2): members
+  // sized once in the constructor, not allocated per step.
+  std::vector<float> send_, mine_, all_;
   bool reduced_now_ = false;
 };
 
