@@ -426,6 +426,9 @@ void volume_row(tp::mpi_communicator world) {
   world.barrier();
 }
 
+template <int S>
+void zero_volume_row(tp::mpi_communicator world, int d); // below
+
 int volume(tp::mpi_communicator world) {
   if (world.size() != 8) {
     std::fprintf(stderr, "bench_parallel volume: run on 8 processes\n");
