@@ -334,10 +334,13 @@ struct axis_bytes {
 ///                     activation elements, divided by T when the cut lies inside a column/row
 ///                     pair) * 4 bytes (activations forward, gradients backward); plus the
 ///                     4-byte loss broadcast on every rank.
+///   interleaved_1f1b<V> (T = 1 here): the model is cut into P V chunks, so P V - 1 cuts.
 template <class Plan, class Model, class Kind, int M>
 axis_bytes analytic(index_t B) {
   constexpr int D = Plan::data_size, T = Plan::tensor_size, P = Plan::pipeline_size;
-  using bounds = tp::stage_bounds<Model, P, typename Plan::cuts>;
+  constexpr int V = tp::virtual_stages_v<Kind>;
+  static_assert(V == 1 || T == 1, "analytic: interleaved rows are counted without a tensor split");
+  using bounds = tp::stage_bounds<Model, P * V, typename Plan::cuts>;
   constexpr auto roles = tp::tensor_split_roles<Model>;
   const double b = double(B) / D, mb = b / M, world = double(Plan::world_size);
   axis_bytes v;
@@ -374,7 +377,7 @@ axis_bytes analytic(index_t B) {
     params_before = params_before || n > 0;
   });
   if (D > 1) v.data += 4.0 * world;
-  for (int s = 0; s + 1 < P; ++s) {
+  for (int s = 0; s + 1 < P * V; ++s) {
     const std::size_t last_of_s = bounds::value[std::size_t(s) + 1] - 1;
     bool inside_pair = false;
     for (std::size_t i = 0; i <= last_of_s; ++i)
@@ -419,7 +422,8 @@ void volume_row(tp::mpi_communicator world) {
       std::snprintf(text, sizeof text, "%.0f / %.0f %s", got, want, got == want ? "(=)" : "(!)");
       return std::string(text);
     };
-    std::printf("| %s | %d | %s | %s | %s |\n", Plan::name().c_str(), M,
+    std::printf("| %s%s | %d | %s | %s | %s |\n", Plan::name().c_str(),
+                tp::virtual_stages_v<Kind> > 1 ? ", interleaved V=2" : "", M,
                 cell(sum[0], a.data).c_str(), cell(sum[1], a.tensor).c_str(),
                 cell(sum[2], a.pipeline).c_str());
   }
@@ -447,6 +451,9 @@ int volume(tp::mpi_communicator world) {
   volume_row<tp::plan<tp::data<2>, tp::pipeline<2>>, K, 2>(world);
   volume_row<tp::plan<tp::tensor<2>, tp::pipeline<2>>, K, 2>(world);
   volume_row<tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>, K, 2>(world);
+  using I = tp::interleaved_1f1b<2>; // 4 chunks: 3 cuts, each crossed both ways
+  volume_row<tp::plan<tp::pipeline<2>>, I, 2>(world);
+  volume_row<tp::plan<tp::data<2>, tp::pipeline<2>>, I, 2>(world);
   if (world.rank() == 0)
     std::printf("\nData axis under ZeRO, FashionCNN fp32, SGD momentum, one step (forward_backward "
                 "+ optimizer step), bytes summed over ranks: handed to all-reduce / "
