@@ -22,6 +22,11 @@
 /// stage inputs of the micro-batches in flight are kept: M for GPipe, at most P - s for 1F1B.
 /// Parameter gradients are summed over the micro-batches (each micro-batch's loss gradient is
 /// scaled by 1/M), so they equal the gradient of the mean loss over the whole batch.
+///
+/// Interleaved 1F1B (interleaved_1f1b<V>): the model is cut into P V chunks and a rank holds V
+/// of them (interleaved_stage); run_interleaved_stage runs its table. Given data-parallel
+/// gradient buckets, both runners mark each layer's gradients ready during the last backward
+/// that contributes to them, so the all-reduce overlaps the rest of the backward.
 
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/sequential.hpp>
