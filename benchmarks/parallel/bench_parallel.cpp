@@ -1,24 +1,31 @@
 // Parallel plans measured: one table per mode, printed as markdown by rank 0.
 //
 //   OMP_NUM_THREADS=1 bench_parallel throughput                 # one process
-//   OMP_NUM_THREADS=1 mpiexec -n 2 bench_parallel throughput    # data=2
-//   OMP_NUM_THREADS=1 mpiexec -n 2 bench_parallel bubble        # pipeline=2
+//   OMP_NUM_THREADS=1 mpiexec -n N --oversubscribe bench_parallel throughput  # N = 2, 4, 8
+//   OMP_NUM_THREADS=1 mpiexec -n P bench_parallel bubble        # pipeline=P, P = 2 or 4
 //   OMP_NUM_THREADS=1 mpiexec -n 8 --oversubscribe bench_parallel volume
 //   OMP_NUM_THREADS=1 mpiexec -n 8 --oversubscribe bench_parallel zero
 //   benchmarks/parallel/run.sh build                            # all of them
 //
-// throughput  FashionCNN fp32 training (SGD momentum), global batch 128, images/s (best of 3
-//             windows of 6 steps). On 2 ranks: plan<data<2>> with 64 KiB gradient buckets
-//             (all-reduces start during backward) and with one bucket (the all-reduce waits for the
-//             whole backward: no overlap), to make the overlap visible.
-// bubble      plan<pipeline<2>> on a uniform MLP (8 x Linear(512, 512) + ReLU, then
-//             Linear(512, 10)), global batch 512 in M = 1, 2, 4, 8 micro-batches, GPipe and
-//             1F1B: each stage's idle fraction (1 - compute time / step time) beside the
-//             theory (P - 1) / (M + P - 1).
+// throughput  FashionCNN fp32 training (SGD momentum), global batch 128 (best of 3 windows of
+//             6 steps): images/s (wall clock) and images per CPU-second (getrusage user +
+//             system time summed over all ranks: what the plan costs however the cores are
+//             shared, so it holds on an oversubscribed machine). On N ranks: data=N with 64 KiB
+//             gradient buckets (all-reduces start during backward) and with one bucket (no
+//             overlap), data=N under ZeRO 1 and 2, and for even N data=N/2 with tensor=2, and
+//             with pipeline=2 on 1F1B and interleaved 1F1B (V = 2), M = 4.
+// bubble      plan<pipeline<P>> on a uniform MLP (8 x Linear(512, 512) + ReLU, then
+//             Linear(512, 10)), global batch 512 in M micro-batches, GPipe, 1F1B and
+//             interleaved 1F1B (V = 2): each stage's idle fraction (1 - compute time / step
+//             time, pipeline_stats) beside the schedule's (simulate() of its table with equal
+//             forward and backward costs, and the closed form (P - 1)/(V M + P - 1), V = 1 for
+//             GPipe and 1F1B).
 // volume      FashionCNN fp32, global batch 16, M = 2 (1F1B) with a pipeline: the bytes each
 //             axis's collectives and sends carry in one step, summed over the ranks, counted by
 //             counting_communicator, beside the analytic formula computed from the static
-//             shapes, the split roles, the stage cuts and the schedule table (see volume()).
+//             shapes, the split roles, the stage cuts and the schedule table (see volume());
+//             then the data axis under ZeRO 0, 1, 2 on D = 2, 4, 8 by kind of collective, and
+//             the ring algorithm's wire bytes against 2 (D - 1)/D (see zero_volume_row()).
 // zero        FashionCNN fp32 under plan<data<dyn, zero<S>>> on D = 1, 2, 4, 8 ranks, S = 0, 1,
 //             2, AdamW and SGD with momentum, after one step: the bytes per parameter a rank
 //             holds (weights + reduced gradients + optimizer state; the largest over the ranks)
@@ -35,6 +42,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -96,20 +104,24 @@ struct speed {
   double images_per_cpu_second = 0; ///< CPU time summed over the ranks, best window
 };
 
-template <class Plan>
+template <class Plan, class Kind = tp::one_f_one_b, int M = 1>
 speed images_per_second(tp::mpi_communicator world, index_t global_batch, std::size_t bucket_bytes,
                         int steps) {
   using C = tp::mpi_communicator;
   Kokkos::DefaultExecutionSpace exec;
   tp::mesh<Plan, C> mesh(world);
   speed best;
-  tp::with_plan_stage<Plan, FashionCNN>(mesh, 1, bucket_bytes, [&](auto& stage) {
+  tp::with_plan_stage<Plan, FashionCNN, Kind, M>(mesh, 1, bucket_bytes, [&](auto& stage) {
     nn::SoftmaxCrossEntropy loss;
     tessera::train::sgd opt{.lr = 0.01f, .momentum = 0.9f};
-    batch<FashionCNN> b(global_batch / Plan::data_size, 7u + unsigned(mesh.at.data));
+    auto z = stage.make_optimizer(opt); // ZeRO plans: sharded state, reduce-scatter, gather
+    batch<FashionCNN> b(global_batch / mesh.shape.data, 7u + unsigned(mesh.at.data));
     auto step = [&] {
       stage.forward_backward(exec, b.x, b.y, loss);
-      opt.step(exec, stage.parameters());
+      if constexpr (Plan::zero_stage > 0)
+        z.step(exec);
+      else
+        opt.step(exec, stage.parameters());
     };
     for (int i = 0; i < 2; ++i) step(); // warm-up: buffers, workspaces, MPI connections
     // The best of 3 windows (rank 0's clock; the windows start and end with a barrier): the
@@ -147,16 +159,31 @@ int throughput(tp::mpi_communicator world) {
   if (world.rank() == 0)
     std::printf("| plan | processes | threads per process | gradient buckets | images/s | images "
                 "per CPU-second |\n|---|---|---|---|---|---|\n");
-  if (world.size() == 1) {
+  const int n = world.size();
+  const std::string d = std::to_string(n), half = std::to_string(n / 2);
+  using data_plan = tp::plan<tp::data<dyn>>;
+  if (n == 1) {
     row("one process", "-", images_per_second<tp::plan<>>(world, global_batch, 1 << 16, steps));
-  } else if (world.size() == 2) {
-    row("data=2", "64 KiB (overlapped)",
-        images_per_second<tp::plan<tp::data<2>>>(world, global_batch, 1 << 16, steps));
-    row("data=2", "one (no overlap)",
-        images_per_second<tp::plan<tp::data<2>>>(world, global_batch, std::size_t(1) << 40, steps));
-  } else {
-    std::fprintf(stderr, "bench_parallel throughput: run on 1 or 2 processes\n");
-    return 2;
+    return 0;
+  }
+  row(("data=" + d).c_str(), "64 KiB (overlapped)",
+      images_per_second<data_plan>(world, global_batch, 1 << 16, steps));
+  row(("data=" + d).c_str(), "one (no overlap)",
+      images_per_second<data_plan>(world, global_batch, std::size_t(1) << 40, steps));
+  row(("data=" + d + ", ZeRO 1").c_str(), "64 KiB (overlapped)",
+      images_per_second<tp::plan<tp::data<dyn, tp::zero<1>>>>(world, global_batch, 1 << 16, steps));
+  row(("data=" + d + ", ZeRO 2").c_str(), "- (reduce-scatter)",
+      images_per_second<tp::plan<tp::data<dyn, tp::zero<2>>>>(world, global_batch, 1 << 16, steps));
+  if (n % 2 == 0) {
+    row(("data=" + half + ", tensor=2").c_str(), "64 KiB (overlapped)",
+        images_per_second<tp::plan<tp::data<dyn>, tp::tensor<2>>>(world, global_batch, 1 << 16,
+                                                                  steps));
+    using pipe_plan = tp::plan<tp::data<dyn>, tp::pipeline<2>>;
+    row(("data=" + half + ", pipeline=2, 1F1B M=4").c_str(), "64 KiB (overlapped)",
+        images_per_second<pipe_plan, tp::one_f_one_b, 4>(world, global_batch, 1 << 16, steps));
+    row(("data=" + half + ", pipeline=2, interleaved V=2 M=4").c_str(), "64 KiB (overlapped)",
+        images_per_second<pipe_plan, tp::interleaved_1f1b<2>, 4>(world, global_batch, 1 << 16,
+                                                                 steps));
   }
   return 0;
 }
@@ -164,9 +191,10 @@ int throughput(tp::mpi_communicator world) {
 // ---------------------------------------------------------------------------------------------
 // bubble
 
-template <class Kind, int M>
+template <int P, class Kind, int M>
 void bubble_row(tp::mpi_communicator world, const char* kind) {
-  using Plan = tp::plan<tp::pipeline<2>>;
+  using Plan = tp::plan<tp::pipeline<P>>;
+  using S = tp::schedule<Kind, P, M>;
   Kokkos::DefaultExecutionSpace exec;
   tp::mesh<Plan, tp::mpi_communicator> mesh(world);
   constexpr index_t global_batch = 512; // micro-batches of >= 64 rows (see throughput())
@@ -194,31 +222,58 @@ void bubble_row(tp::mpi_communicator world, const char* kind) {
       return v[v.size() / 2];
     };
     const double idle = median(idles), busy = median(busys), wall = median(walls);
-    double mine[4] = {idle, busy * 1e3, wall * 1e3, double(recomputed)}, all[8];
+    double mine[4] = {idle, busy * 1e3, wall * 1e3, double(recomputed)}, all[4 * P];
     MPI_Gather(mine, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, world.native());
-    if (world.rank() == 0)
-      std::printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.1f / %.1f | %.1f / %.1f | %d / %d |\n",
-                  kind, M, Plan::bubble_fraction(M), 0.5 * (all[0] + all[4]), all[0], all[4],
-                  all[1], all[5], all[2], all[6], int(all[3]), int(all[7]));
+    if (world.rank() == 0) {
+      double mean = 0;
+      std::string idle_each, busy_each, wall_each, rec_each;
+      char cell[32];
+      for (int r = 0; r < P; ++r) {
+        mean += all[4 * r] / P;
+        const char* sep = r + 1 < P ? " / " : "";
+        std::snprintf(cell, sizeof cell, "%.3f%s", all[4 * r], sep);
+        idle_each += cell;
+        std::snprintf(cell, sizeof cell, "%.1f%s", all[4 * r + 1], sep);
+        busy_each += cell;
+        std::snprintf(cell, sizeof cell, "%.1f%s", all[4 * r + 2], sep);
+        wall_each += cell;
+        std::snprintf(cell, sizeof cell, "%d%s", int(all[4 * r + 3]), sep);
+        rec_each += cell;
+      }
+      // The schedule's idle fraction: simulated (forward = backward cost), and its closed form.
+      std::printf("| %s | %d | %d | %.3f | %.3f | %.3f | %s | %s | %s | %s |\n", kind, P, M,
+                  S::simulated.bubble(), S::bubble_fraction, mean, idle_each.c_str(),
+                  busy_each.c_str(), wall_each.c_str(), rec_each.c_str());
+    }
   });
 }
 
+template <int P>
+void bubble_rows(tp::mpi_communicator world) {
+  if constexpr (P == 2) bubble_row<P, tp::gpipe, 2>(world, "GPipe");
+  bubble_row<P, tp::gpipe, 4>(world, "GPipe");
+  bubble_row<P, tp::gpipe, 8>(world, "GPipe");
+  if constexpr (P == 2) bubble_row<P, tp::one_f_one_b, 2>(world, "1F1B");
+  bubble_row<P, tp::one_f_one_b, 4>(world, "1F1B");
+  bubble_row<P, tp::one_f_one_b, 8>(world, "1F1B");
+  if constexpr (P == 2) bubble_row<P, tp::interleaved_1f1b<2>, 2>(world, "interleaved V=2");
+  bubble_row<P, tp::interleaved_1f1b<2>, 4>(world, "interleaved V=2");
+  bubble_row<P, tp::interleaved_1f1b<2>, 8>(world, "interleaved V=2");
+}
+
 int bubble(tp::mpi_communicator world) {
-  if (world.size() != 2) {
-    std::fprintf(stderr, "bench_parallel bubble: run on 2 processes\n");
+  if (world.size() != 2 && world.size() != 4) {
+    std::fprintf(stderr, "bench_parallel bubble: run on 2 or 4 processes (pipeline=P)\n");
     return 2;
   }
   if (world.rank() == 0)
-    std::printf("| schedule | M | theory (P-1)/(M+P-1) | measured idle (mean) | stage 0 idle | "
-                "stage 1 idle | busy ms (s0 / s1) | step ms (s0 / s1) | recomputed forwards "
-                "(s0 / s1) |\n|---|---|---|---|---|---|---|---|---|\n");
-  bubble_row<tp::gpipe, 1>(world, "GPipe");
-  bubble_row<tp::gpipe, 2>(world, "GPipe");
-  bubble_row<tp::gpipe, 4>(world, "GPipe");
-  bubble_row<tp::gpipe, 8>(world, "GPipe");
-  bubble_row<tp::one_f_one_b, 2>(world, "1F1B");
-  bubble_row<tp::one_f_one_b, 4>(world, "1F1B");
-  bubble_row<tp::one_f_one_b, 8>(world, "1F1B");
+    std::printf("| schedule | P | M | schedule idle (simulated, f = b) | closed form | measured "
+                "idle (mean) | idle per stage | busy ms per stage | step ms per stage | "
+                "recomputed forwards per stage |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  if (world.size() == 2)
+    bubble_rows<2>(world);
+  else
+    bubble_rows<4>(world);
   return 0;
 }
 
@@ -279,10 +334,13 @@ struct axis_bytes {
 ///                     activation elements, divided by T when the cut lies inside a column/row
 ///                     pair) * 4 bytes (activations forward, gradients backward); plus the
 ///                     4-byte loss broadcast on every rank.
+///   interleaved_1f1b<V> (T = 1 here): the model is cut into P V chunks, so P V - 1 cuts.
 template <class Plan, class Model, class Kind, int M>
 axis_bytes analytic(index_t B) {
   constexpr int D = Plan::data_size, T = Plan::tensor_size, P = Plan::pipeline_size;
-  using bounds = tp::stage_bounds<Model, P, typename Plan::cuts>;
+  constexpr int V = tp::virtual_stages_v<Kind>;
+  static_assert(V == 1 || T == 1, "analytic: interleaved rows are counted without a tensor split");
+  using bounds = tp::stage_bounds<Model, P * V, typename Plan::cuts>;
   constexpr auto roles = tp::tensor_split_roles<Model>;
   const double b = double(B) / D, mb = b / M, world = double(Plan::world_size);
   axis_bytes v;
@@ -319,7 +377,7 @@ axis_bytes analytic(index_t B) {
     params_before = params_before || n > 0;
   });
   if (D > 1) v.data += 4.0 * world;
-  for (int s = 0; s + 1 < P; ++s) {
+  for (int s = 0; s + 1 < P * V; ++s) {
     const std::size_t last_of_s = bounds::value[std::size_t(s) + 1] - 1;
     bool inside_pair = false;
     for (std::size_t i = 0; i <= last_of_s; ++i)
@@ -364,12 +422,16 @@ void volume_row(tp::mpi_communicator world) {
       std::snprintf(text, sizeof text, "%.0f / %.0f %s", got, want, got == want ? "(=)" : "(!)");
       return std::string(text);
     };
-    std::printf("| %s | %d | %s | %s | %s |\n", Plan::name().c_str(), M,
+    std::printf("| %s%s | %d | %s | %s | %s |\n", Plan::name().c_str(),
+                tp::virtual_stages_v<Kind> > 1 ? ", interleaved V=2" : "", M,
                 cell(sum[0], a.data).c_str(), cell(sum[1], a.tensor).c_str(),
                 cell(sum[2], a.pipeline).c_str());
   }
   world.barrier();
 }
+
+template <int S>
+void zero_volume_row(tp::mpi_communicator world, int d); // below
 
 int volume(tp::mpi_communicator world) {
   if (world.size() != 8) {
@@ -389,7 +451,85 @@ int volume(tp::mpi_communicator world) {
   volume_row<tp::plan<tp::data<2>, tp::pipeline<2>>, K, 2>(world);
   volume_row<tp::plan<tp::tensor<2>, tp::pipeline<2>>, K, 2>(world);
   volume_row<tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>, K, 2>(world);
+  using I = tp::interleaved_1f1b<2>; // 4 chunks: 3 cuts, each crossed both ways
+  volume_row<tp::plan<tp::pipeline<2>>, I, 2>(world);
+  volume_row<tp::plan<tp::data<2>, tp::pipeline<2>>, I, 2>(world);
+  if (world.rank() == 0)
+    std::printf("\nData axis under ZeRO, FashionCNN fp32, SGD momentum, one step (forward_backward "
+                "+ optimizer step), bytes summed over ranks: handed to all-reduce / "
+                "reduce-scatter / all-gather (measured), their total measured / analytic, the "
+                "bytes a ring algorithm puts on the wire for those calls (from the measured "
+                "counts) / the ring formula, and that per parameter per rank over 4 n\n\n| D | "
+                "ZeRO stage | all-reduce / reduce-scatter / all-gather | handed, measured / "
+                "analytic | ring wire, measured / formula | ring wire / (4 n D) |\n"
+                "|---|---|---|---|---|---|\n");
+  for (int d : {2, 4, 8}) {
+    zero_volume_row<0>(world, d);
+    zero_volume_row<1>(world, d);
+    zero_volume_row<2>(world, d);
+  }
   return 0;
+}
+
+/// The data axis under ZeRO stage S on D ranks (FashionCNN fp32, SGD momentum, one step:
+/// forward_backward and the sharded optimizer's step), counted by kind and summed over the
+/// ranks, beside the analytic count (n parameters, c = ceil(n / D) a shard, the 4-byte loss
+/// all-reduce on each rank):
+///   S = 0: all-reduce 4 n (the gradient buckets)           per rank
+///   S = 1: all-reduce 4 n, all-gather 4 c (updated shard)   per rank
+///   S = 2: reduce-scatter 4 c D (padded gradients), all-gather 4 c
+/// and the bytes a ring algorithm puts on the wire for those calls, from the measured counts
+/// (all-reduce 2 (D - 1)/D of the buffer, reduce-scatter (D - 1)/D, all-gather D - 1 times the
+/// part), beside the ring formula for the step: 2 (D - 1)/D 4 n per rank for S = 0 and the same
+/// plus (D - 1) 4 c at S = 1; 2 (D - 1) 4 c at S = 2 (the ZeRO paper: stage 2 moves what
+/// data parallelism does).
+template <int S>
+void zero_volume_row(tp::mpi_communicator world, int d) {
+  using C = tp::counting_communicator<tp::mpi_communicator>;
+  using Plan = tp::plan<tp::data<dyn, tp::zero<S>>>;
+  auto sub = world.split(world.rank() < d ? 0 : 1, world.rank());
+  double mine[4] = {0, 0, 0, 0}; // all-reduce, reduce-scatter, all-gather, parameters
+  if (world.rank() < d) {
+    Kokkos::DefaultExecutionSpace exec;
+    tp::mesh<Plan, C> mesh{C(sub)};
+    tp::with_plan_stage<Plan, FashionCNN>(mesh, 1, 1 << 16, [&](auto& stage) {
+      auto z = stage.make_optimizer(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f});
+      nn::SoftmaxCrossEntropy loss;
+      batch<FashionCNN> bt(16 / d, 3);
+      stage.forward_backward(exec, bt.x, bt.y, loss); // warm-up, not counted
+      z.step(exec);
+      mesh.data.reset_counts();
+      stage.forward_backward(exec, bt.x, bt.y, loss);
+      z.step(exec);
+      const tp::comm_counts c = mesh.data.counts();
+      mine[0] = double(c.all_reduce);
+      mine[1] = double(c.reduce_scatter);
+      mine[2] = double(c.all_gather);
+      boost::hana::for_each(stage.parameters(), [&](const auto& p) { mine[3] += p.size(); });
+    });
+  }
+  double sum[4] = {0, 0, 0, 0};
+  MPI_Reduce(mine, sum, 4, MPI_DOUBLE, MPI_SUM, 0, world.native());
+  if (world.rank() == 0) {
+    const double D = d, n = sum[3] / D, c = std::ceil(n / D);
+    const double loss_bytes = d > 1 ? 4.0 * D : 0.0;
+    double want[3] = {0, 0, 0};
+    if (d > 1) {
+      want[0] = (S < 2 ? 4.0 * n * D : 0.0) + loss_bytes;
+      want[1] = S == 2 ? 4.0 * c * D * D : 0.0;
+      want[2] = S >= 1 ? 4.0 * c * D : 0.0;
+    }
+    const double handed = sum[0] + sum[1] + sum[2], handed_want = want[0] + want[1] + want[2];
+    const double ring = sum[0] * 2.0 * (D - 1) / D + sum[1] * (D - 1) / D + sum[2] * (D - 1);
+    const double ring_formula =
+        D * (S < 2 ? 2.0 * (D - 1) / D * 4.0 * n : 2.0 * (D - 1) * 4.0 * c) +
+        (S == 1 ? D * (D - 1) * 4.0 * c : 0.0) + loss_bytes * 2.0 * (D - 1) / D;
+    std::printf("| %d | %d | %.0f / %.0f / %.0f | %.0f / %.0f %s | %.0f / %.0f %s | %.2f |\n", d, S,
+                sum[0], sum[1], sum[2], handed, handed_want, handed == handed_want ? "(=)" : "(!)",
+                ring, ring_formula, std::fabs(ring - ring_formula) < 1 ? "(=)" : "(!)",
+                ring / (4.0 * n * D));
+  }
+  world.barrier();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -133,8 +133,16 @@ std::map<std::string, std::vector<float>> train_reference(const run_options& o) 
 /// model, its data share of each global batch in M micro-batches on the schedule Kind, the same
 /// SGD; returns the WHOLE values (gathered over the tensor group) of this rank's stage's
 /// parameters, by name.
+/// What the data-parallel gradient buckets did in the last step of train_plan.
+struct bucket_counts {
+  std::size_t overlapped = 0; ///< buckets whose all-reduce started during backward
+  std::size_t total = 0;      ///< buckets
+  bool present = false;       ///< false at ZeRO stage 2 (no buckets)
+};
+
 template <class Model, class Plan, class Kind, int M, class C>
-std::map<std::string, std::vector<float>> train_plan(C world, const run_options& o) {
+std::map<std::string, std::vector<float>> train_plan(C world, const run_options& o,
+                                                     bucket_counts* counts = nullptr) {
   namespace tp = tessera::parallel;
   Kokkos::DefaultExecutionSpace exec;
   tp::mesh<Plan, C> mesh(world);
@@ -150,6 +158,9 @@ std::map<std::string, std::vector<float>> train_plan(C world, const run_options&
       stage.forward_backward(exec, x, labels, loss);
       opt.step(exec, stage.parameters());
     }
+    if constexpr (std::remove_cvref_t<decltype(stage)>::zero_stage < 2)
+      if (counts)
+        *counts = {stage.buckets().overlapped_buckets(), stage.buckets().bucket_count(), true};
     result = stage.gather_parameters();
   });
   return result;

@@ -38,7 +38,11 @@ bool check_plan(const char* what, float tolerance, const run_options& o,
   // The global batch splits into D equal shares of M equal micro-batches: else the test itself
   // is wrong (not the plan).
   REQUIRE(o.global_batch % (shape.data * M) == 0);
-  const auto got = train_plan<Model, Plan, Kind, M>(world, o);
+  bucket_counts buckets;
+  const auto got = train_plan<Model, Plan, Kind, M>(world, o, &buckets);
+  // Every plan (the pipeline path included) starts each bucket's all-reduce from mark_ready,
+  // during backward, none from finish() after it.
+  CHECK((!buckets.present || buckets.overlapped == buckets.total));
   float diff = 0;
   bool shapes_match = true;
   for (const auto& [name, values] : got) {

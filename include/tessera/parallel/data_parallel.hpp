@@ -102,7 +102,10 @@ public:
                         "' was marked twice in one step");
     s.ready = true;
     bucket& b = buckets_[s.bucket];
-    if (--b.pending == 0) start(exec, b);
+    if (--b.pending == 0) {
+      start(exec, b);
+      ++marked_starts_;
+    }
     poll();
   }
 
@@ -117,6 +120,8 @@ public:
   /// communicator into every gradient. Ready for the next step afterwards.
   template <class Exec>
   void finish(const Exec& exec) {
+    last_marked_starts_ = marked_starts_;
+    marked_starts_ = 0;
     for (bucket& b : buckets_)
       if (!b.started) start(exec, b);
     const float inv = 1.0f / float(comm_.size());
@@ -137,6 +142,10 @@ public:
   }
 
   std::size_t bucket_count() const noexcept { return buckets_.size(); }
+  /// Buckets whose all-reduce the last finished step started from mark_ready, while backward
+  /// was still running (the others started in finish(), after it): bucket_count() when every
+  /// parameter was marked, 0 without overlap.
+  std::size_t overlapped_buckets() const noexcept { return last_marked_starts_; }
   /// Parameters in bucket i, by index into the parameter tuple (in the order reduced).
   const std::vector<std::size_t>& bucket_parameters(std::size_t i) const {
     return buckets_.at(i).slots;
@@ -198,6 +207,7 @@ private:
 
   C comm_;
   std::size_t bucket_bytes_;
+  std::size_t marked_starts_ = 0, last_marked_starts_ = 0;
   std::vector<slot> slots_;
   std::vector<bucket> buckets_;
   std::unordered_map<const float*, std::size_t> index_;

@@ -22,6 +22,11 @@
 /// stage inputs of the micro-batches in flight are kept: M for GPipe, at most P - s for 1F1B.
 /// Parameter gradients are summed over the micro-batches (each micro-batch's loss gradient is
 /// scaled by 1/M), so they equal the gradient of the mean loss over the whole batch.
+///
+/// Interleaved 1F1B (interleaved_1f1b<V>): the model is cut into P V chunks and a rank holds V
+/// of them (interleaved_stage); run_interleaved_stage runs its table. Given data-parallel
+/// gradient buckets, both runners mark each layer's gradients ready during the last backward
+/// that contributes to them, so the all-reduce overlaps the rest of the backward.
 
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/sequential.hpp>
@@ -205,7 +210,14 @@ public:
   /// no input gradient returned.
   template <class Exec, class DY>
   auto backward(const Exec& exec, const DY& dy, bool need_input_grad) {
-    return backward_from<N - 1>(exec, dy, need_input_grad);
+    auto nothing = [](auto&) {};
+    return backward_from<N - 1>(exec, dy, need_input_grad, nothing);
+  }
+  /// backward(), calling on_layer(layer) after each layer's backward, from the last layer to
+  /// the first (the layer's parameter gradients are written then).
+  template <class Exec, class DY, class OnLayer>
+  auto backward(const Exec& exec, const DY& dy, bool need_input_grad, OnLayer&& on_layer) {
+    return backward_from<N - 1>(exec, dy, need_input_grad, on_layer);
   }
 
 private:
@@ -245,14 +257,15 @@ private:
   static constexpr bool params_before(std::index_sequence<J...>) {
     return (has_parameters<layer_t<J>> || ... || false);
   }
-  template <std::size_t K, class Exec, class DY>
-  auto backward_from(const Exec& exec, const DY& dy, bool need_input_grad) {
+  template <std::size_t K, class Exec, class DY, class OnLayer>
+  auto backward_from(const Exec& exec, const DY& dy, bool need_input_grad, OnLayer& on_layer) {
     constexpr bool before = params_before<K>(std::make_index_sequence<K>{});
     auto dx = boost::hana::at_c<K>(layers_).backward(exec, dy, before || need_input_grad);
+    on_layer(boost::hana::at_c<K>(layers_));
     if constexpr (K == 0)
       return dx;
     else
-      return backward_from<K - 1>(exec, dx, need_input_grad);
+      return backward_from<K - 1>(exec, dx, need_input_grad, on_layer);
   }
 
   layers_type layers_;
@@ -339,6 +352,12 @@ auto label_rows(const Labels& labels, index_t first, index_t end) {
     return Kokkos::subview(labels, Kokkos::pair<index_t, index_t>(first, end), Kokkos::ALL);
 }
 
+/// The buckets of a run_pipeline_stage that marks nothing.
+struct no_marks {
+  template <class Exec, class Param>
+  void mark_ready(const Exec&, const Param&) {}
+};
+
 /// dst = src converted elementwise (host memory), for gradients sent in the receiver's type.
 template <class Dst, class Src>
 void convert_into(Dst& dst, const Src& src) {
@@ -379,10 +398,17 @@ struct pipeline_stats {
 ///
 /// The batch B must be a multiple of M; throws value_error before any communication otherwise.
 /// If `stats` is given, it receives where the time went.
+///
+/// If `buckets` is given (parallel::gradient_buckets over the data group), the last backward of
+/// the stage (its last micro-batch's) writes each layer's final gradient (the sum over the
+/// micro-batches) as soon as that layer's backward ends and marks it ready there, so the
+/// data-parallel all-reduce of the later layers overlaps the backward of the earlier ones (and
+/// the wait for the last sends). The caller then calls buckets->finish(exec).
 template <class Kind, int M, int s, int P, class In, class Exec, class Stage, Communicator C,
-          class X, class Labels, class Loss>
+          class X, class Labels, class Loss, class Buckets = detail::no_marks>
 float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, const Labels& labels,
-                         Loss& loss, float grad_scale = 1.f, pipeline_stats* stats = nullptr) {
+                         Loss& loss, float grad_scale = 1.f, pipeline_stats* stats = nullptr,
+                         Buckets* buckets = nullptr) {
   using clock = std::chrono::steady_clock;
   const auto call_start = clock::now();
   double busy = 0;
@@ -427,16 +453,23 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
 
   // Accumulators: the parameter gradients summed over micro-batches.
   std::vector<Kokkos::View<float*, typename Exec::memory_space>> acc;
+  std::map<const float*, std::size_t> acc_of; // a parameter's gradient buffer -> its acc
   boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+    acc_of.emplace(p.grad.data(), acc.size());
     acc.emplace_back(p.name + ".accumulated", std::size_t(p.size()));
   });
+  std::vector<bool> final_written(acc.size(), false); // p.grad holds the sum already
+  int last_backward = 0; // the row's last backward step, after which gradients are final
+  for (int k = 0; k < 2 * M; ++k)
+    if (row[std::size_t(k)].kind == pass::backward) last_backward = k;
 
   auto run_forward = [&](int i) -> decltype(auto) {
     latest_forward = i;
     return timed([&]() -> decltype(auto) { return stage.forward(exec, inputs.at(i)); });
   };
 
-  for (const step& st : row) {
+  for (int at = 0; at < 2 * M; ++at) {
+    const step& st = row[std::size_t(at)];
     const int i = st.micro_batch;
     const int tag_act = 2 * i, tag_grad = 2 * i + 1;
     if (st.kind == pass::forward) {
@@ -480,6 +513,26 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
         ++recomputed;
       }
       auto dx = timed([&] {
+        if (buckets && at == last_backward) {
+          // The last micro-batch: each layer's gradient is final when its backward ends;
+          // write the sum into the gradient (g + acc, as acc += g then a copy) and mark it.
+          auto d = stage.backward(exec, dys.at(i), !first, [&](auto& layer) {
+            exec.fence();
+            boost::hana::for_each(layer.parameters(), [&](const auto& p) {
+              const std::size_t k = acc_of.at(p.grad.data());
+              auto a = acc[k];
+              float* g = p.grad.data();
+              Kokkos::parallel_for(
+                  "tessera::parallel::pipeline.accumulate_final",
+                  Kokkos::RangePolicy<Exec>(exec, 0, index_t(a.extent(0))),
+                  KOKKOS_LAMBDA(const index_t j) { g[j] = a(j) + g[j]; });
+              final_written[k] = true;
+              buckets->mark_ready(exec, p);
+            });
+          });
+          exec.fence();
+          return d;
+        }
         auto d = stage.backward(exec, dys.at(i), !first);
         exec.fence();
         std::size_t k = 0;
@@ -507,12 +560,248 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
   for (request& r : pending) r.wait();
   std::size_t k = 0;
   boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-    Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k++]);
+    if (!final_written[k]) Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k]);
+    ++k;
   });
   exec.fence();
   if (stats)
     *stats = {std::chrono::duration<double>(clock::now() - call_start).count(), busy, recomputed};
   return last ? float(loss_sum / M) : 0.f;
+}
+
+/// The model chunks rank s holds under interleaved_1f1b<V> (parallel/schedule.hpp): Model cut
+/// into P V chunks at Bounds::value (chunk g is layers [value[g], value[g + 1])), of which rank
+/// s holds chunks g = c P + s for its local chunks c = 0..V-1 (Narayanan et al. 2021, 2.2).
+/// Each chunk is a pipeline_stage initialised as in the whole Model.
+template <class Model, class Bounds, int s, int P, int V>
+class interleaved_stage {
+  static_assert(0 <= s && s < P && V >= 1 && Bounds::value.size() == std::size_t(P * V + 1),
+                "tessera::parallel::interleaved_stage: Bounds must cut the model into P V chunks");
+  template <int c>
+  using chunk_t = pipeline_stage<Model, Bounds::value[c * P + s], Bounds::value[c * P + s + 1]>;
+  template <int... c>
+  static auto tuple_type(std::integer_sequence<int, c...>) -> boost::hana::tuple<chunk_t<c>...>;
+  using chunks_type = decltype(tuple_type(std::make_integer_sequence<int, V>{}));
+
+public:
+  using model_type = Model;
+  using bounds_type = Bounds;
+  static constexpr int stage_index = s, stages = P, chunks = V;
+
+  explicit interleaved_stage(std::uint64_t seed)
+      : interleaved_stage(seed, std::make_integer_sequence<int, V>{}) {}
+
+  /// Local chunk c (model chunk c P + s).
+  template <int c>
+  auto& chunk() noexcept {
+    return boost::hana::at_c<c>(chunks_);
+  }
+  /// f(chunk) for each local chunk, in order.
+  template <class F>
+  void for_each_chunk(F&& f) {
+    boost::hana::for_each(chunks_, f);
+  }
+  /// The parameters of all chunks, named as in the whole model.
+  auto parameters() const {
+    return boost::hana::flatten(
+        boost::hana::transform(chunks_, [](const auto& ch) { return ch.parameters(); }));
+  }
+
+private:
+  template <int... c>
+  interleaved_stage(std::uint64_t seed, std::integer_sequence<int, c...>)
+      : chunks_(chunk_t<c>(seed)...) {}
+  chunks_type chunks_;
+};
+
+namespace detail {
+/// The per-chunk state of run_interleaved_stage: saved inputs, messages in flight.
+template <class In, class Out>
+struct chunk_state {
+  std::map<int, In> inputs, grads_sent;
+  std::map<int, Out> sent, dys;
+  int latest_forward = -1;
+};
+} // namespace detail
+
+/// run_pipeline_stage for interleaved_1f1b<V>: one training step of rank s's V model chunks
+/// (`stage`, an interleaved_stage) on the interleaved table. Model chunk g = c P + s receives
+/// its activation from chunk g - 1 on rank (g - 1) mod P of `pipe` and sends its output to
+/// rank (g + 1) mod P (rank P - 1 feeds rank 0 between chunks), gradients the other way; each
+/// link and micro-batch has its own tag. Chunk 0 of rank 0 reads `x`, the model's last chunk
+/// (rank P - 1's chunk V - 1) reads `labels` and applies `loss`. Parameter gradients are
+/// summed over the micro-batches as in run_pipeline_stage; with `buckets`, each chunk's
+/// parameters are marked ready during that chunk's last backward. Returns the mean loss on
+/// rank P - 1, 0 elsewhere. The batch must be a multiple of M (value_error otherwise), and M
+/// a multiple of P (at compile time).
+template <class Kind, int M, class Exec, class Stage, Communicator C, class X, class Labels,
+          class Loss, class Buckets = detail::no_marks>
+float run_interleaved_stage(const Exec& exec, Stage& stage, C& pipe, const X& x,
+                            const Labels& labels, Loss& loss, float grad_scale = 1.f,
+                            pipeline_stats* stats = nullptr, Buckets* buckets = nullptr) {
+  constexpr int s = Stage::stage_index, P = Stage::stages, V = Stage::chunks;
+  static_assert(virtual_stages_v<Kind> == V,
+                "tessera::parallel::run_interleaved_stage: the schedule's virtual stages must be "
+                "the chunks the stage holds");
+  static_assert(M >= 1 && M % P == 0,
+                "tessera::parallel::run_interleaved_stage: the interleaved schedule runs the "
+                "micro-batches in groups of P, so M must be a multiple of the P stages");
+  using Model = typename Stage::model_type;
+  using Bounds = typename Stage::bounds_type;
+  constexpr int G = P * V; // model chunks
+  using clock = std::chrono::steady_clock;
+  const auto call_start = clock::now();
+  double busy = 0;
+  int recomputed = 0;
+  auto timed = [&](auto&& f) -> decltype(auto) {
+    const auto t0 = clock::now();
+    struct add_on_exit {
+      double& busy;
+      clock::time_point t0;
+      ~add_on_exit() { busy += std::chrono::duration<double>(clock::now() - t0).count(); }
+    } guard{busy, t0};
+    return f();
+  };
+  const index_t batch = index_t(labels.extent(0));
+  if (batch % M != 0)
+    throw value_error("tessera::parallel::run_interleaved_stage: the batch of " +
+                      std::to_string(batch) + " samples is not a multiple of the " +
+                      std::to_string(M) + " micro-batches");
+  const index_t mb = batch / M;
+  constexpr int per_stage = 2 * V * M;
+  std::vector<step> row(static_cast<std::size_t>(per_stage));
+  {
+    std::vector<step> table(std::size_t(P * per_stage));
+    fill_schedule(Kind{}, P, M, table.data());
+    for (int k = 0; k < per_stage; ++k) row[std::size_t(k)] = table[std::size_t(s * per_stage + k)];
+  }
+  // The index in the row of each chunk's last backward: its gradients are final after it.
+  std::array<int, V> last_backward{};
+  for (int k = 0; k < per_stage; ++k)
+    if (row[std::size_t(k)].kind == pass::backward) last_backward[row[std::size_t(k)].chunk] = k;
+
+  auto states = [&]<int... c>(std::integer_sequence<int, c...>) {
+    return boost::hana::make_tuple([&]<int cc>(std::integral_constant<int, cc>) {
+      using In = typename stage_input_at<Model, Bounds, cc * P + s, X, Exec>::type;
+      using Out = std::remove_cvref_t<decltype(stage.template chunk<cc>().forward(
+          exec, std::declval<const In&>()))>;
+      return detail::chunk_state<In, Out>{};
+    }(std::integral_constant<int, c>{})...);
+  }
+  (std::make_integer_sequence<int, V>{});
+
+  std::vector<request> pending;
+  double loss_sum = 0;
+  std::vector<Kokkos::View<float*, typename Exec::memory_space>> acc;
+  std::map<const float*, std::size_t> acc_of;
+  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+    acc_of.emplace(p.grad.data(), acc.size());
+    acc.emplace_back(p.name + ".accumulated", std::size_t(p.size()));
+  });
+  std::vector<bool> final_written(acc.size(), false);
+  auto tag = [](int link, int i, int grad) { return 2 * (link * M + i) + grad; };
+
+  for (int at = 0; at < per_stage; ++at) {
+    const step st = row[std::size_t(at)];
+    const int i = st.micro_batch;
+    with_stage<V>(st.chunk, [&](auto cc) {
+      constexpr int c = decltype(cc)::value, g = c * P + s;
+      constexpr bool first = g == 0, last = g == G - 1;
+      constexpr int from = (g + G - 1) % P, to = (g + 1) % P; // ranks of chunks g - 1, g + 1
+      auto& chunk = stage.template chunk<c>();
+      auto& state = boost::hana::at_c<c>(states);
+      using In = typename std::remove_cvref_t<decltype(state.inputs)>::mapped_type;
+      using Out = typename std::remove_cvref_t<decltype(state.sent)>::mapped_type;
+      auto run_forward = [&](int j) -> decltype(auto) {
+        state.latest_forward = j;
+        return timed([&]() -> decltype(auto) { return chunk.forward(exec, state.inputs.at(j)); });
+      };
+      if (st.kind == pass::forward) {
+        if constexpr (first) {
+          state.inputs.emplace(i, detail::copy_rows(exec, x, i * mb, mb));
+        } else {
+          std::array<index_t, In::extents_type::rank> all{};
+          all[0] = mb;
+          for (std::size_t d = 1; d < In::extents_type::rank; ++d)
+            all[d] = In::extents_type::static_extent(d);
+          In buf("tessera::parallel::pipeline.recv", In::extents_type::from_all(all));
+          pipe.recv(buf.data(), buf.size(), from, tag(g - 1, i, 0));
+          state.inputs.emplace(i, std::move(buf));
+        }
+        const auto& out = run_forward(i);
+        if constexpr (last) {
+          auto lab = detail::label_rows(labels, i * mb, (i + 1) * mb);
+          auto result =
+              timed([&] { return loss.forward_backward(exec, out, lab, grad_scale / float(M)); });
+          loss_sum += double(result.loss);
+          state.dys.emplace(i, detail::copy_rows(exec, result.dlogits, 0, mb));
+        } else {
+          auto copy = detail::copy_rows(exec, out, 0, mb);
+          pending.push_back(pipe.isend(copy.data(), copy.size(), to, tag(g, i, 0)));
+          state.sent.emplace(i, std::move(copy));
+        }
+      } else {
+        if constexpr (!last) {
+          std::array<index_t, Out::extents_type::rank> all{};
+          all[0] = mb;
+          for (std::size_t d = 1; d < Out::extents_type::rank; ++d)
+            all[d] = Out::extents_type::static_extent(d);
+          Out buf("tessera::parallel::pipeline.grad", Out::extents_type::from_all(all));
+          pipe.recv(buf.data(), buf.size(), to, tag(g, i, 1));
+          state.dys.emplace(i, std::move(buf));
+        }
+        if (state.latest_forward != i) { // recompute: layers hold one forward's state
+          run_forward(i);
+          ++recomputed;
+        }
+        const bool final_pass = buckets && at == last_backward[std::size_t(c)];
+        auto dx = timed([&] {
+          auto d = chunk.backward(exec, state.dys.at(i), !first, [&](auto& layer) {
+            exec.fence();
+            boost::hana::for_each(layer.parameters(), [&](const auto& p) {
+              const std::size_t k = acc_of.at(p.grad.data());
+              auto a = acc[k];
+              float* gr = p.grad.data();
+              const index_t n = index_t(a.extent(0));
+              if (final_pass) { // the sum is final: into the gradient, and mark it
+                Kokkos::parallel_for(
+                    "tessera::parallel::pipeline.accumulate_final",
+                    Kokkos::RangePolicy<Exec>(exec, 0, n),
+                    KOKKOS_LAMBDA(const index_t j) { gr[j] = a(j) + gr[j]; });
+                final_written[k] = true;
+                buckets->mark_ready(exec, p);
+              } else {
+                Kokkos::parallel_for(
+                    "tessera::parallel::pipeline.accumulate", Kokkos::RangePolicy<Exec>(exec, 0, n),
+                    KOKKOS_LAMBDA(const index_t j) { a(j) += gr[j]; });
+              }
+            });
+          });
+          exec.fence();
+          return d;
+        });
+        if constexpr (!first) {
+          In gin =
+              In::uninitialized("tessera::parallel::pipeline.dx", state.inputs.at(i).extents());
+          detail::convert_into(gin, dx);
+          pending.push_back(pipe.isend(gin.data(), gin.size(), from, tag(g - 1, i, 1)));
+          state.grads_sent.emplace(i, std::move(gin));
+        }
+        state.inputs.erase(i);
+        state.dys.erase(i);
+      }
+    });
+  }
+  for (request& r : pending) r.wait();
+  std::size_t k = 0;
+  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+    if (!final_written[k]) Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k]);
+    ++k;
+  });
+  exec.fence();
+  if (stats)
+    *stats = {std::chrono::duration<double>(clock::now() - call_start).count(), busy, recomputed};
+  return s == P - 1 ? float(loss_sum / M) : 0.f;
 }
 
 } // namespace tessera::parallel

@@ -50,6 +50,19 @@ struct evaluation {
   index_t count = 0;   ///< samples
 };
 
+namespace detail {
+/// The layers stage S of P holds: chunks S, S + P, ... of the model cut at Bounds (V chunks
+/// per stage, interleaved_1f1b<V>), or for V = 1 the consecutive layers of stage S.
+template <class SplitModel, class Bounds, int S, int P, int V>
+struct plan_stage_type {
+  using type = interleaved_stage<SplitModel, Bounds, S, P, V>;
+};
+template <class SplitModel, class Bounds, int S, int P>
+struct plan_stage_type<SplitModel, Bounds, S, P, 1> {
+  using type = pipeline_stage<SplitModel, Bounds::value[S], Bounds::value[S + 1]>;
+};
+} // namespace detail
+
 /// Stage S of Plan for Model on communicator type C (see the file comment).
 template <Plan P, class Model, class Schedule, int MicroBatches, Communicator C, int S,
           class Wire = float>
@@ -70,11 +83,23 @@ public:
   static constexpr int stage_index = S;
   static constexpr int stages = P::pipeline_size;
   static constexpr int micro_batches = MicroBatches;
+  /// Model chunks per stage: V under interleaved_1f1b<V> (the model cut into P V chunks, this
+  /// rank holding chunks S, S + P, ...), else 1.
+  static constexpr int virtual_stages = virtual_stages_v<Schedule>;
+  static_assert(virtual_stages == 1 || std::is_same_v<typename P::cuts, balanced>,
+                "tessera::parallel::plan_stage: interleaved_1f1b<V> cuts the model into P V "
+                "balanced chunks; pipeline<P, cut_at<...>> names P - 1 cuts, not P V - 1");
+  static_assert(virtual_stages == 1 || MicroBatches % P::pipeline_size == 0,
+                "tessera::parallel::plan_stage: the interleaved schedule runs the micro-batches "
+                "in groups of P, so MicroBatches must be a multiple of the P pipeline stages");
   static constexpr bool first = S == 0, last = S + 1 == stages;
   using plan_type = P;
   using split_model = tensor_split_t<Model, P::tensor_size>;
-  using bounds = stage_bounds<Model, P::pipeline_size, typename P::cuts>;
-  using stage_type = pipeline_stage<split_model, bounds::value[S], bounds::value[S + 1]>;
+  using bounds = stage_bounds<Model, P::pipeline_size * virtual_stages, typename P::cuts>;
+  /// A pipeline_stage (consecutive layers), or under interleaved_1f1b<V> an interleaved_stage
+  /// (V chunks).
+  using stage_type =
+      typename detail::plan_stage_type<split_model, bounds, S, stages, virtual_stages>::type;
   using memory_space = nn::detail::default_memory_space;
   using buckets_type = gradient_buckets<C, memory_space, Wire>;
   /// The ZeRO stage of the plan's data split.
@@ -85,7 +110,7 @@ public:
       : mesh_(&m), group_(m.tensor), stage_(seed) {
     if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
     (void)bucket_bytes;
-    bind_tensor_group(stage_, group_);
+    for_each_chunk([&](auto& chunk) { bind_tensor_group(chunk, group_); });
   }
 
   stage_type& stage() noexcept { return stage_; }
@@ -117,13 +142,18 @@ public:
   /// Forward and backward of this rank's share (B samples, B a multiple of MicroBatches) on the
   /// schedule, gradients then averaged over the data group: afterwards every parameter's grad
   /// is its part of the gradient of the mean loss over the global batch (times grad_scale).
-  /// Returns that mean loss, on every rank. Without a pipeline and with one micro-batch, the
-  /// gradient all-reduces overlap the backward (backward_overlapped).
+  /// Returns that mean loss, on every rank. The gradient all-reduces overlap the backward:
+  /// without a pipeline and with one micro-batch through backward_overlapped, on the pipeline
+  /// path during the stage's last micro-batch's backward (run_pipeline_stage's buckets).
   template <class Exec, class X, class Labels, class Loss>
   float forward_backward(const Exec& exec, const X& x, const Labels& labels, Loss& loss,
                          float grad_scale = 1.f) {
     float l = 0;
-    if constexpr (stages == 1 && MicroBatches == 1) {
+    if constexpr (virtual_stages > 1) {
+      l = run_interleaved_stage<Schedule, MicroBatches>(exec, stage_, mesh_->pipeline, x, labels,
+                                                        loss, grad_scale, &stats_,
+                                                        buckets_ ? &*buckets_ : nullptr);
+    } else if constexpr (stages == 1 && MicroBatches == 1) {
       const auto y = stage_.forward(exec, x);
       const auto result = loss.forward_backward(exec, y, labels, grad_scale);
       l = result.loss;
@@ -135,8 +165,11 @@ public:
       }
     } else {
       using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
+      // The last micro-batch's backward marks each layer's summed gradient ready: the
+      // all-reduce overlaps the rest of it (buckets_ is empty at ZeRO stage 2: nothing marked).
       l = run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(
-          exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
+          exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_,
+          buckets_ ? &*buckets_ : nullptr);
     }
     if constexpr (zero_stage < 2) buckets_->finish(exec); // stage 2: sharded_optimizer::step
     return global_mean(l);
@@ -181,7 +214,8 @@ public:
   /// Forward only (one micro-batch): the loss sum and correct predictions over the global batch,
   /// on every rank.
   template <class Exec, class X, class Labels, class Loss>
-  evaluation evaluate(const Exec& exec, const X& x, const Labels& labels, Loss& loss) {
+  evaluation evaluate(const Exec& exec, const X& x, const Labels& labels,
+                      Loss& loss) requires(virtual_stages == 1) {
     using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
     const index_t batch = index_t(labels.extent(0));
     float stats[2] = {0, 0}; // loss sum, correct
@@ -219,14 +253,25 @@ public:
 
   /// The whole values of this stage's parameters by name (gathered over the tensor group).
   std::map<std::string, std::vector<float>> gather_parameters() {
-    return parallel::gather_parameters(stage_, group_);
+    std::map<std::string, std::vector<float>> all;
+    for_each_chunk([&](auto& chunk) { all.merge(parallel::gather_parameters(chunk, group_)); });
+    return all;
   }
   /// Sets this stage's parameters from whole values by name (each rank takes its shard).
   void scatter_parameters(const std::map<std::string, std::vector<float>>& whole) {
-    parallel::scatter_parameters(stage_, group_, whole);
+    for_each_chunk([&](auto& chunk) { parallel::scatter_parameters(chunk, group_, whole); });
   }
 
 private:
+  /// f(chunk) for each run of consecutive layers this rank holds: the stage, or its V chunks.
+  template <class F>
+  void for_each_chunk(F&& f) {
+    if constexpr (virtual_stages == 1)
+      f(stage_);
+    else
+      stage_.for_each_chunk(f);
+  }
+
   /// Stage 2's stand-in for the buckets in backward_overlapped: marks nothing.
   struct no_buckets {
     template <class Exec, class Param>
