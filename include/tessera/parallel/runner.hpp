@@ -187,6 +187,10 @@ public:
   template <class Exec, class BatchOf, class Loss, class Accumulator>
   float forward_backward_accumulated(const Exec& exec, int K, BatchOf&& batch, Loss& loss,
                                      Accumulator& acc, float grad_scale = 1.f) {
+    static_assert(virtual_stages == 1,
+                  "tessera::parallel::plan_stage::forward_backward_accumulated: gradient "
+                  "accumulation runs on the gpipe and one_f_one_b schedules; the interleaved "
+                  "schedule (interleaved_1f1b<V>) does not take it yet.");
     if (K < 1)
       throw value_error("tessera::parallel::plan_stage::forward_backward_accumulated: K = " +
                         std::to_string(K) + " accumulation steps; give at least 1");
