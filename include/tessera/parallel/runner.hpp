@@ -29,6 +29,7 @@
 /// x is read on the first stage, labels on the last (their size everywhere).
 
 #include <tessera/parallel/data_parallel.hpp>
+#include <tessera/parallel/fp8_sync.hpp>
 #include <tessera/parallel/mesh.hpp>
 #include <tessera/parallel/pipeline.hpp>
 #include <tessera/parallel/tensor_parallel.hpp>
@@ -86,6 +87,7 @@ public:
     if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
     (void)bucket_bytes;
     bind_tensor_group(stage_, group_);
+    defer_fp8_records(stage_); // one amax per step, synchronised: parallel/fp8_sync.hpp
   }
 
   stage_type& stage() noexcept { return stage_; }
@@ -118,7 +120,8 @@ public:
   /// schedule, gradients then averaged over the data group: afterwards every parameter's grad
   /// is its part of the gradient of the mean loss over the global batch (times grad_scale).
   /// Returns that mean loss, on every rank. Without a pipeline and with one micro-batch, the
-  /// gradient all-reduces overlap the backward (backward_overlapped).
+  /// gradient all-reduces overlap the backward (backward_overlapped). fp8 layers record one
+  /// amax per tensor per call, the maximum over micro-batches and ranks (parallel/fp8_sync.hpp).
   template <class Exec, class X, class Labels, class Loss>
   float forward_backward(const Exec& exec, const X& x, const Labels& labels, Loss& loss,
                          float grad_scale = 1.f) {
@@ -139,6 +142,7 @@ public:
           exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
     }
     if constexpr (zero_stage < 2) buckets_->finish(exec); // stage 2: sharded_optimizer::step
+    sync_fp8_states(stage_, mesh_->data, group_);
     return global_mean(l);
   }
 
@@ -178,6 +182,7 @@ public:
     if constexpr (stages > 1) mesh_->pipeline.broadcast(stats, 2, stages - 1);
     const int data = mesh_->shape.data;
     if (data > 1) mesh_->data.all_reduce_sum(stats, 2);
+    sync_fp8_states(stage_, mesh_->data, group_);
     return {double(stats[0]), index_t(stats[1]), batch * data};
   }
 
