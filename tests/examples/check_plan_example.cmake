@@ -8,7 +8,11 @@
 #    weights with pseudo-random signs) must lie within `tolerance` (in 1e-6 units) of the single
 #    process's.
 # -D exe=... -D mpiexec=... -D np_flag=... -D cases="ranks|plan;ranks|plan;..." -D tolerance=N
+# [-D precision=fp32|bf16|fp8] (default: the example's, fp32)
 set(common --limit 192 --batch 48 --test-limit 100 --no-progress --threads 1 --seed 3)
+if(DEFINED precision)
+  list(APPEND common --precision ${precision})
+endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/plan_signatures.cmake)
 

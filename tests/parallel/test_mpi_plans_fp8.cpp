@@ -1,6 +1,6 @@
-// fp8 (nn::fp8<train::delayed_scaling>) under the plans: the MLP of nn_run.hpp (and FashionCNN)
-// trained under every plan that fits the world (data, tensor, pipeline in {1, 2}, and data 4,
-// tensor 4, pipeline 4 alone), against the same model's single-process run. Checked:
+// fp8 (nn::fp8<train::delayed_scaling>) under the plans: the MLP of nn_run.hpp and FashionCNN
+// trained under every plan that fits the world (data, tensor, pipeline in {1, 2}; for the MLP
+// also data 4 and tensor 4 alone), against the same model's single-process run. Checked:
 //  1. every fp8 scaling state (amax history and scale amax) is bit-identical on all the ranks
 //     that share it (the ranks of a data group and of a tensor group: parallel/fp8_sync.hpp);
 //  2. the weight states' first history entry (step 1: the initial weights, whole or the max
@@ -230,5 +230,13 @@ TEST_CASE("plans: MLP fp8 delayed scaling", "[parallel]") {
   const run_options o{.global_batch = 16, .steps = 6};
   int ran = check_fp8_plans<MLP<fp8_delayed>, tp::one_f_one_b, 2, 4, all_plans>("MLP fp8", o);
   ran += check_fp8_plans<MLP<fp8_delayed>, tp::gpipe, 1, 2, wide_plans>("MLP fp8", o);
+  CHECK(ran >= 1);
+}
+
+TEST_CASE("plans: FashionCNN fp8 delayed scaling", "[parallel]") {
+  // Conv2d pairs split by channels (column- then row-parallel), the Linear pair by features.
+  const run_options o{.global_batch = 8, .steps = 3};
+  const int ran =
+      check_fp8_plans<FashionCNN<fp8_delayed>, tp::gpipe, 1, 2, all_plans>("FashionCNN fp8", o);
   CHECK(ran >= 1);
 }
