@@ -127,6 +127,13 @@ result reference_run(const run_options& o) {
 // 20 - 45% below the tensor's (measured relative differences 0.34 - 0.45).
 constexpr float fp8_tolerance = 8e-3f;
 constexpr float state_tolerance = 1.f / 128;
+// Under a data split, one exception to "the same payloads": before any history (step 1) every
+// scale is 1, and each rank's output gradients are D times the single process's, so where they
+// lie in E5M2's subnormal range (below 2^-14: FashionCNN's convolution gradients) the rank
+// keeps bits the single process rounds away. The runs then differ by fp8 roundings from step 1
+// on (measured for FashionCNN at data=2: weights 9e-4, amaxes 8%), within the weight bound
+// above; the states are held to 2^-3 (one E5M2 rounding of the largest element) there.
+constexpr float data_state_tolerance = 0.125f;
 
 /// The (largest relative) difference between a plan's states and the reference's; the
 /// output-gradient slot (2: weight, input, output gradient) scaled by `grad_factor`.
@@ -189,7 +196,7 @@ bool check_fp8_plan(const char* what, const run_options& o, const result& ref) {
       state_difference(got.fp8, ref.fp8, float(shape.data), exact_first, keys_match);
   CHECK(keys_match);
   CHECK(exact_first);
-  CHECK(sdiff <= state_tolerance);
+  CHECK(sdiff <= (shape.data > 1 ? data_state_tolerance : state_tolerance));
   // 4. Weights.
   float diff = 0;
   bool shapes_match = true;

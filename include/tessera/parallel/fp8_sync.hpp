@@ -22,7 +22,11 @@
 ///  - delayed scaling (train::delayed_scaling): the scale comes from the history, which is the
 ///    single process's on every rank after every step; the quantized operands are the single
 ///    process's (sliced), so the plans differ from it only in the order of fp32 sums (as in
-///    fp32 and bf16), up to the fp8 roundings those differences flip.
+///    fp32 and bf16), up to the fp8 roundings those differences flip. Under a data split of D
+///    each rank's loss is the mean over its share, so its output gradients, and their amaxes,
+///    are D times the single process's: the same payloads once the scale comes from the history
+///    (D a power of two), but at the first step (scale 1, no history yet) gradients in E5M2's
+///    subnormal range keep bits the single process rounds away.
 ///  - current scaling (train::current_scaling): the scale of a quantization comes from the amax
 ///    of the slice being quantized, measured just before, on this rank alone (agreeing on it
 ///    would take a collective inside every forward and backward). A rank's scale is then at
