@@ -11,8 +11,11 @@
 # `plan_args` (for every plan run, e.g. "--accum;2": 2 batches of 48 per step against the single
 # process's batches of 96).
 # -D exe=... -D mpiexec=... -D np_flag=... -D cases="ranks|plan;ranks|plan;..." -D tolerance=N
-# [-D ref_args=...] [-D plan_args=...]
+# [-D ref_args=...] [-D plan_args=...] [-D precision=fp32|bf16|fp8] (default: the example's, fp32)
 set(common --limit 192 --batch 48 --test-limit 100 --no-progress --threads 1 --seed 3)
+if(DEFINED precision)
+  list(APPEND common --precision ${precision})
+endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/plan_signatures.cmake)
 

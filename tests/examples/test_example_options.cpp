@@ -131,7 +131,11 @@ TEST_CASE("string flags: precision names, paths, plans", "[examples][options]") 
                          what_contains({"data is given twice"}));
   REQUIRE_THROWS_MATCHES(parse({"--plan", "gpu=2"}), fashion::usage_error,
                          what_contains({"'gpu=2' is not one of"}));
-  REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--precision", "fp8"}), fashion::usage_error);
+  CHECK(parse({"--plan", "data=2", "--precision", "fp8"}).precision == "fp8");
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--precision", "fp8", "--zero", "1"}),
+                         fashion::usage_error, what_contains({"fp8", "ZeRO stage 0 only"}));
+  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--precision", "fp8", "--checkpoint", "c"}),
+                         fashion::usage_error, what_contains({"fp8 scaling states"}));
   REQUIRE_THROWS_AS(parse({"--plan", "data=2", "--precision", "fp16"}), fashion::usage_error);
   // Plan checkpoints: --checkpoint and --resume name a directory under --plan.
   const auto ck = parse({"--plan", "data=2", "--checkpoint", "c", "--resume", "r"});

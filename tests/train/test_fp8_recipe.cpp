@@ -216,3 +216,45 @@ TEST_CASE("fp8_meta: restore round-trips, bad recipes and states are refused", "
   c.restore({}, 2.f);
   REQUIRE(c.scale<fp8_e4m3>(0.f) == 224.f); // 448 / 2
 }
+
+TEST_CASE("fp8_meta: deferred records keep the step's scale, commit records one amax",
+          "[train][fp8]") {
+  fp8_meta<delayed_scaling> meta{{.history_len = 4}};
+  meta.record(2.f); // not deferred: one entry, scale from amax 2
+  const float s0 = meta.scale<fp8_e4m3>();
+  meta.defer_records(true);
+  CHECK(meta.defers_records());
+  CHECK(!meta.has_pending());
+  meta.record(3.f);
+  meta.record(5.f);
+  meta.record(4.f);
+  // Nothing recorded yet: the history and the scale are the step's start.
+  CHECK(meta.history() == std::vector<float>{2.f});
+  CHECK(meta.scale<fp8_e4m3>() == s0);
+  CHECK(meta.has_pending());
+  CHECK(meta.pending_amax() == 5.f);
+  meta.commit(6.f); // e.g. the pending 5 max-reduced with another rank's 6
+  CHECK(!meta.has_pending());
+  CHECK(meta.history() == std::vector<float>{2.f, 6.f});
+  CHECK(meta.scale_amax() == 6.f);
+  // The same as a plain record of the whole tensor's amax.
+  fp8_meta<delayed_scaling> plain{{.history_len = 4}};
+  plain.record(2.f);
+  plain.record(6.f);
+  CHECK(meta.scale<fp8_e4m3>() == plain.scale<fp8_e4m3>());
+  // A NaN among the deferred amaxes wins (as the whole tensor's amax would be NaN).
+  meta.record(1.f);
+  meta.record(std::numeric_limits<float>::quiet_NaN());
+  meta.record(7.f);
+  CHECK(std::isnan(meta.pending_amax()));
+  // restore() forgets the pending amax.
+  meta.restore({2.f}, 2.f);
+  CHECK(!meta.has_pending());
+  // Current scaling: the deferred amax becomes the fallback only at commit.
+  fp8_meta<current_scaling> cur;
+  cur.defer_records(true);
+  cur.record(8.f);
+  CHECK(cur.scale_amax() == 0.f);
+  cur.commit(cur.pending_amax());
+  CHECK(cur.scale_amax() == 8.f);
+}

@@ -29,6 +29,7 @@
 /// x is read on the first stage, labels on the last (their size everywhere).
 
 #include <tessera/parallel/data_parallel.hpp>
+#include <tessera/parallel/fp8_sync.hpp>
 #include <tessera/parallel/mesh.hpp>
 #include <tessera/parallel/pipeline.hpp>
 #include <tessera/parallel/tensor_parallel.hpp>
@@ -110,7 +111,10 @@ public:
       : mesh_(&m), group_(m.tensor), stage_(seed) {
     if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
     (void)bucket_bytes;
-    for_each_chunk([&](auto& chunk) { bind_tensor_group(chunk, group_); });
+    for_each_chunk([&](auto& chunk) {
+      bind_tensor_group(chunk, group_);
+      defer_fp8_records(chunk); // one amax per step, synchronised: parallel/fp8_sync.hpp
+    });
   }
 
   stage_type& stage() noexcept { return stage_; }
@@ -144,7 +148,9 @@ public:
   /// is its part of the gradient of the mean loss over the global batch (times grad_scale).
   /// Returns that mean loss, on every rank. The gradient all-reduces overlap the backward:
   /// without a pipeline and with one micro-batch through backward_overlapped, on the pipeline
-  /// path during the stage's last micro-batch's backward (run_pipeline_stage's buckets).
+  /// path during the stage's last micro-batch's backward (run_pipeline_stage's buckets). fp8
+  /// layers record one amax per tensor per call, the maximum over micro-batches and ranks
+  /// (parallel/fp8_sync.hpp).
   template <class Exec, class X, class Labels, class Loss>
   float forward_backward(const Exec& exec, const X& x, const Labels& labels, Loss& loss,
                          float grad_scale = 1.f) {
@@ -172,6 +178,7 @@ public:
           buckets_ ? &*buckets_ : nullptr);
     }
     if constexpr (zero_stage < 2) buckets_->finish(exec); // stage 2: sharded_optimizer::step
+    for_each_chunk([&](auto& chunk) { sync_fp8_states(chunk, mesh_->data, group_); });
     return global_mean(l);
   }
 
@@ -252,6 +259,7 @@ public:
     if constexpr (stages > 1) mesh_->pipeline.broadcast(stats, 2, stages - 1);
     const int data = mesh_->shape.data;
     if (data > 1) mesh_->data.all_reduce_sum(stats, 2);
+    for_each_chunk([&](auto& chunk) { sync_fp8_states(chunk, mesh_->data, group_); });
     return {double(stats[0]), index_t(stats[1]), batch * data};
   }
 

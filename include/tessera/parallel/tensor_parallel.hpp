@@ -46,8 +46,9 @@
 ///
 /// Widths T does not divide fail at compile time: the static_assert in
 /// detail::tensor_split_check<I, Layer, T, false> names the layer index I and its type.
-/// Tensor-parallel layers compute in any unscaled precision (fp8 scales would have to be agreed
-/// across the group); their activations must be in host-accessible memory (buffers go to MPI).
+/// Tensor-parallel layers compute in any unscaled precision or in fp8 (nn::fp8<R>: each shard's
+/// scaling states are made the whole tensor's by parallel/fp8_sync.hpp, which plans call after
+/// every step); their activations must be in host-accessible memory (buffers go to MPI).
 ///
 /// Parameters keep the names of the single-process model ("4.weight"); each shard is the slice
 /// of the single-process initialisation (the whole layer is initialised with the same seed and
@@ -193,11 +194,14 @@ inline void check_bound(const char* layer, bool bound) {
                       "before forward");
 }
 
-/// Tensor-parallel layers compute in any unscaled precision (fp32, bf16, fp16): an fp8 layer's
-/// per-tensor scales would have to agree across the group.
-/// (A concept, so that the traits are read only for precisions: nn::fp8<R> has none.)
+/// Tensor-parallel layers compute in any unscaled precision (fp32, bf16, fp16) or in fp8
+/// (nn::fp8<R>): a shard's fp8 scaling states record the amax of its shard, and
+/// parallel/fp8_sync.hpp makes them the whole tensor's (the maximum over the tensor group)
+/// before they set a scale, so every rank of the group quantizes with the single process's
+/// scale. (A concept, so that the traits are read only for precisions: nn::fp8<R> has none.)
 template <class P>
-concept TensorParallelPrecision = Precision<P> && !precision_traits<P>::scaled;
+concept TensorParallelPrecision = nn::is_fp8_compute<P>::value ||
+    (Precision<P> && !precision_traits<P>::scaled);
 
 /// The reduction a shard layer hands to nn::Linear / nn::Conv2d (nn::detail::no_reduction's
 /// counterpart): the fp32 partial sums, summed over the tensor group in place.
@@ -241,6 +245,9 @@ public:
   auto& weight() noexcept { return inner_.weight(); }
   auto& bias() noexcept { return inner_.bias(); }
   auto parameters() const { return inner_.parameters(); }
+  /// The shard's fp8 scaling states (nn::Linear / nn::Conv2d::fp8_states: weight, input, output
+  /// gradient), each recording the amax of this rank's part of the tensor.
+  auto fp8_states() { return inner_.fp8_states(); }
 
   template <class Exec, class X>
   auto forward(const Exec& exec, const X& x) {
@@ -301,7 +308,7 @@ class ColumnParallelLinear
                 "tessera::parallel::ColumnParallelLinear<In, Out, T>: T must divide Out");
   static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::ColumnParallelLinear: tensor-parallel layers compute in "
-                "an unscaled precision (not a scaled one such as fp8)");
+                "an unscaled precision or in nn::fp8<Recipe> (not a bare scaled one)");
   using base = detail::shard_layer<nn::Linear<In, Out / T, P>, nn::Linear<In, Out, fp32>, T,
                                    split_role::column>;
 
@@ -331,7 +338,7 @@ class RowParallelLinear
                 "tessera::parallel::RowParallelLinear<In, Out, T>: T must divide In");
   static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::RowParallelLinear: tensor-parallel layers compute in "
-                "an unscaled precision (not a scaled one such as fp8)");
+                "an unscaled precision or in nn::fp8<Recipe> (not a bare scaled one)");
   using base = detail::shard_layer<nn::Linear<In / T, Out, P>, nn::Linear<In, Out, fp32>, T,
                                    split_role::row>;
 
@@ -361,7 +368,7 @@ class ColumnParallelConv2d
                 "tessera::parallel::ColumnParallelConv2d: grouped convolutions are not split");
   static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::ColumnParallelConv2d: tensor-parallel layers compute in "
-                "an unscaled precision (not a scaled one such as fp8)");
+                "an unscaled precision or in nn::fp8<Recipe> (not a bare scaled one)");
   using base = detail::shard_layer<nn::Conv2d<InC, OutC / T, K, Opt, P>,
                                    nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::column>;
 
@@ -391,7 +398,7 @@ class RowParallelConv2d
                 "tessera::parallel::RowParallelConv2d: grouped convolutions are not split");
   static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::RowParallelConv2d: tensor-parallel layers compute in "
-                "an unscaled precision (not a scaled one such as fp8)");
+                "an unscaled precision or in nn::fp8<Recipe> (not a bare scaled one)");
   using base = detail::shard_layer<nn::Conv2d<InC / T, OutC, K, Opt, P>,
                                    nn::Conv2d<InC, OutC, K, Opt, fp32>, T, split_role::row>;
 
@@ -428,7 +435,7 @@ class HeadParallelAttention {
                 "tessera::parallel::HeadParallelAttention<D, H, T>: T must divide the heads H");
   static_assert(detail::TensorParallelPrecision<P>,
                 "tessera::parallel::HeadParallelAttention: tensor-parallel layers compute in "
-                "an unscaled precision (not a scaled one such as fp8)");
+                "an unscaled precision or in nn::fp8<Recipe> (not a bare scaled one)");
   using M = detail::tp_memory_space;
   using whole_fp32 = nn::CausalSelfAttention<D, H, fp32>;
 
@@ -462,6 +469,11 @@ public:
 
   nn::Linear<D, 3 * local_width, P>& qkv() noexcept { return qkv_; }
   nn::Linear<local_width, D, P>& proj() noexcept { return proj_; }
+  /// The fp8 scaling states of the QKV and output projections' shards, in
+  /// nn::CausalSelfAttention::fp8_states' order.
+  auto fp8_states() {
+    return boost::hana::flatten(boost::hana::make_tuple(qkv_.fp8_states(), proj_.fp8_states()));
+  }
   /// (qkv.weight, qkv.bias, proj.weight, proj.bias): this rank's shards.
   auto parameters() const {
     const auto named = [](const char* prefix) {
@@ -661,15 +673,6 @@ struct tensor_split_check {
   static constexpr bool ok = Divides;
 };
 
-/// Checked for every split layer: tensor-parallel layers compute in an unscaled precision.
-template <std::size_t I, class Layer, bool Ok>
-struct tensor_split_precision_check {
-  static_assert(Ok, "tessera::parallel::tensor<T>: layer I computes in fp8, which the tensor "
-                    "split does not support (fp8 scales would have to agree across the group); "
-                    "tensor_split_precision_check<I, Layer, false> above names the layer");
-  static constexpr bool ok = Ok;
-};
-
 template <std::size_t LayerIndex, class LayerType, bool Ok>
 inline constexpr bool layer_has_shard_types = Ok;
 
@@ -688,9 +691,7 @@ struct split_layer {
 template <std::size_t I, index_t In, index_t Out, class P, split_role R, int T>
 requires(R != split_role::replicate) struct split_layer<I, nn::Linear<In, Out, P>, R, T> {
   static constexpr index_t width = R == split_role::column ? Out : In;
-  static constexpr bool ok =
-      tensor_split_check<I, nn::Linear<In, Out, P>, T, width % T == 0>::ok &&
-      tensor_split_precision_check<I, nn::Linear<In, Out, P>, TensorParallelPrecision<P>>::ok;
+  static constexpr bool ok = tensor_split_check<I, nn::Linear<In, Out, P>, T, width % T == 0>::ok;
   using type = std::conditional_t<R == split_role::column, ColumnParallelLinear<In, Out, T, P>,
                                   RowParallelLinear<In, Out, T, P>>;
 };
@@ -699,9 +700,7 @@ template <std::size_t I, index_t InC, index_t OutC, index_t K, nn::conv_options 
 requires(R != split_role::replicate) struct split_layer<I, nn::Conv2d<InC, OutC, K, O, P>, R, T> {
   static constexpr index_t width = R == split_role::column ? OutC : InC;
   static constexpr bool ok =
-      tensor_split_check<I, nn::Conv2d<InC, OutC, K, O, P>, T, width % T == 0>::ok &&
-      tensor_split_precision_check<I, nn::Conv2d<InC, OutC, K, O, P>,
-                                   TensorParallelPrecision<P>>::ok;
+      tensor_split_check<I, nn::Conv2d<InC, OutC, K, O, P>, T, width % T == 0>::ok;
   using type =
       std::conditional_t<R == split_role::column, ColumnParallelConv2d<InC, OutC, K, O, T, P>,
                          RowParallelConv2d<InC, OutC, K, O, T, P>>;

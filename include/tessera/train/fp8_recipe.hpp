@@ -121,6 +121,12 @@ inline bool usable_amax(float amax) noexcept {
   return amax > 0.f && std::isfinite(amax) &&
          std::isfinite(precision_traits<fp8_e5m2>::max_finite / amax);
 }
+/// The larger of a and b; NaN if either is (a NaN amax must reach the history, as the single
+/// process's amax of the whole tensor would be NaN).
+inline float max_or_nan(float a, float b) noexcept {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+  return a > b ? a : b;
+}
 } // namespace detail
 
 // ---------------------------------------------------------------------------------------------
@@ -189,7 +195,41 @@ public:
   ///    amax of the scale the next scale() returns. With max, an inf or NaN in the history makes
   ///    the reduction unusable, so the scale holds until that entry leaves the history
   ///    (Transformer Engine behaves the same way).
+  ///
+  /// While records are deferred (defer_records(true)), record() only keeps the largest amax
+  /// recorded since the last commit(), and the history and the scale do not change.
   void record(float amax) {
+    if (deferred_) {
+      pending_amax_ = pending_ ? detail::max_or_nan(pending_amax_, amax) : amax;
+      pending_ = true;
+      return;
+    }
+    apply(amax);
+  }
+
+  /// Deferred records, for parallel plans (parallel/fp8_sync.hpp): a rank quantizes a slice of
+  /// the tensor the single process quantizes (its data share, its tensor shard, one
+  /// micro-batch), so the amax to record is the maximum over the slices of one step, known only
+  /// after the step. While deferred, record() keeps the running maximum of the amaxes it is
+  /// given (NaN if any is NaN) as the pending amax, and the scale stays the one of the step's
+  /// start; commit() then records one amax (the pending one reduced over the ranks) as one
+  /// record() of the whole tensor would.
+  void defer_records(bool on) noexcept { deferred_ = on; }
+  /// Whether records are deferred (see defer_records).
+  bool defers_records() const noexcept { return deferred_; }
+  /// Whether record() was called since the last commit() while deferred.
+  bool has_pending() const noexcept { return pending_; }
+  /// The largest amax recorded since the last commit() (NaN if one was NaN; 0 if none).
+  float pending_amax() const noexcept { return pending_ ? pending_amax_ : 0.f; }
+  /// Records `amax` as a non-deferred record() does, and forgets the pending amax.
+  void commit(float amax) {
+    pending_ = false;
+    pending_amax_ = 0.f;
+    apply(amax);
+  }
+
+private:
+  void apply(float amax) {
     if constexpr (needs_current_amax) {
       if (detail::usable_amax(amax)) scale_amax_ = amax;
     } else {
@@ -201,6 +241,7 @@ public:
     }
   }
 
+public:
   /// The recipe this state follows.
   const R& recipe() const noexcept { return recipe_; }
   /// The amax the current scale derives from; 0 when none was usable yet (scale 1).
@@ -217,7 +258,8 @@ public:
   }
 
   /// Replaces the state with the given history (oldest first, at most history_len entries) and
-  /// scale amax, as saved from history() and scale_amax() (checkpoints use this). Throws
+  /// scale amax, as saved from history() and scale_amax() (checkpoints use this), forgetting any
+  /// pending amax (defer_records). Throws
   /// value_error, changing nothing, for too long a history, a history given to current scaling,
   /// or a scale amax that is neither 0 nor usable.
   void restore(const std::vector<float>& history_oldest_first, float scale_amax) {
@@ -237,6 +279,8 @@ public:
       next_ = filled_ % history_.size();
     }
     scale_amax_ = scale_amax;
+    pending_ = false;
+    pending_amax_ = 0.f;
   }
 
 private:
@@ -260,6 +304,9 @@ private:
   std::size_t next_ = 0;       // where the next record() writes
   std::size_t filled_ = 0;     // entries recorded so far, at most history_len
   float scale_amax_ = 0.f;     // the amax the current scale derives from; 0: none yet
+  bool deferred_ = false;      // record() only updates the pending amax (defer_records)
+  bool pending_ = false;       // record() was called since the last commit()
+  float pending_amax_ = 0.f;   // the largest amax recorded since (NaN if one was)
 };
 
 template <class T>

@@ -1,0 +1,150 @@
+#pragma once
+/// \file parallel/fp8_sync.hpp
+/// fp8 scaling states under parallel plans: every rank's states equal to the single process's.
+///
+/// An fp8 layer keeps one train::fp8_meta per fp8 tensor (weight, input, output gradient) and
+/// records the amax of what it quantized. Under a plan a rank quantizes only a slice of the
+/// tensor the single process quantizes:
+///  - data parallel: its share of the batch (inputs and output gradients);
+///  - tensor split: its shard (a column-parallel layer's weight rows and output gradient
+///    columns, a row-parallel layer's weight columns and input features; replicated tensors
+///    are whole and equal on every rank of the group);
+///  - pipeline with M micro-batches: one micro-batch at a time, M records per step where the
+///    single process makes one.
+/// The single process's amax of the whole tensor over the step is the maximum over those
+/// slices. So a plan stage defers its records (defer_fp8_records: record() only keeps the
+/// running maximum, the scale stays the step's), and after each step sync_fp8_states takes the
+/// maximum of the pending amaxes over the tensor group and the data group and commits it: one
+/// history entry per step, the single process's. Ranks of different pipeline stages hold
+/// different layers and share no fp8 tensor.
+///
+/// What matches exactly, and what does not:
+///  - delayed scaling (train::delayed_scaling): the scale comes from the history, which is the
+///    single process's on every rank after every step; the quantized operands are the single
+///    process's (sliced), so the plans differ from it only in the order of fp32 sums (as in
+///    fp32 and bf16), up to the fp8 roundings those differences flip. Under a data split of D
+///    each rank's loss is the mean over its share, so its output gradients, and their amaxes,
+///    are D times the single process's: the same payloads once the scale comes from the history
+///    (D a power of two), but at the first step (scale 1, no history yet) gradients in E5M2's
+///    subnormal range keep bits the single process rounds away.
+///  - current scaling (train::current_scaling): the scale of a quantization comes from the amax
+///    of the slice being quantized, measured just before, on this rank alone (agreeing on it
+///    would take a collective inside every forward and backward). A rank's scale is then at
+///    least the single process's (its slice's amax is at most the tensor's), so each slice is
+///    quantized with at least as much precision, but the roundings differ from the single
+///    process's: results agree only within fp8's rounding (E4M3 2^-4, E5M2 2^-3 relative per
+///    operand), not to the order of sums. The fallback scale (the last usable amax, used when
+///    a tensor's amax is zero or not finite) is synchronised like a delayed history entry.
+///
+/// A step is one plan_stage::forward_backward or plan_stage::evaluate (parallel/runner.hpp calls
+/// sync_fp8_states at the end of both). Every rank of a group must call it the same number of
+/// times with the same layers, as for every collective; a tensor recorded on some ranks of a
+/// group and not on others is reported as a value_error on all of them.
+
+#include <tessera/config/error.hpp>
+#include <tessera/parallel/communicator.hpp>
+#include <tessera/parallel/tensor_parallel.hpp>
+#include <tessera/train/fp8_recipe.hpp>
+
+#include <boost/hana/for_each.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::parallel {
+
+/// Calls f(meta) for every fp8 scaling state (train::fp8_meta&) of `model`, in the order of
+/// its layers and of each layer's fp8_states(): a model with fp8_states() (nn::Sequential, a
+/// layer), or a pipeline stage (layers reached through size() and layer<K>()). A model without
+/// fp8 layers has none.
+template <class Model, class F>
+void for_each_fp8_state(Model& model, F&& f) {
+  if constexpr (requires { model.fp8_states(); }) {
+    boost::hana::for_each(model.fp8_states(), [&](auto* meta) { f(*meta); });
+  } else if constexpr (requires { model.template layer<0>(); }) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (for_each_fp8_state(model.template layer<K>(), f), ...);
+    }
+    (std::make_index_sequence<Model::size()>{});
+  }
+}
+
+/// The number of fp8 scaling states of `model` (see for_each_fp8_state).
+template <class Model>
+std::size_t count_fp8_states(Model& model) {
+  std::size_t n = 0;
+  for_each_fp8_state(model, [&](auto&) { ++n; });
+  return n;
+}
+
+/// Defers (or, with on = false, stops deferring) the records of every fp8 state of `model`
+/// (train::fp8_meta::defer_records): what a plan stage does once, at construction.
+template <class Model>
+void defer_fp8_records(Model& model, bool on = true) {
+  for_each_fp8_state(model, [&](auto& meta) { meta.defer_records(on); });
+}
+
+namespace detail {
+
+/// (pending flag, amax) pairs of n states: the maximum over `size` ranks' blocks of 2n floats,
+/// NaN-propagating, into `out`. Throws value_error when the flags disagree.
+inline void max_over_blocks(const std::vector<float>& all, int size, std::vector<float>& out,
+                            const char* group) {
+  const std::size_t n2 = out.size();
+  for (std::size_t k = 0; k < n2; k += 2) {
+    float flag = all[k], amax = all[k + 1];
+    for (int r = 1; r < size; ++r) {
+      const float f = all[std::size_t(r) * n2 + k], a = all[std::size_t(r) * n2 + k + 1];
+      if (f != flag)
+        throw value_error("tessera::parallel::sync_fp8_states: fp8 tensor " +
+                          std::to_string(k / 2) + " of this stage recorded an amax on some " +
+                          "ranks of its " + group + " group and not on others; every rank of " +
+                          "a group must run the same passes between two synchronisations");
+      amax = train::detail::max_or_nan(amax, a);
+    }
+    out[k] = flag;
+    out[k + 1] = amax;
+  }
+}
+
+} // namespace detail
+
+/// Commits every deferred fp8 state of `model` with the maximum of its pending amax over the
+/// tensor group and the data group (see the file comment): afterwards each state's history and
+/// scale are the same on every rank that shares the tensor, and the single process's. Collective
+/// over both groups (an all-gather of 2 floats per state on each, none when a group is one
+/// process). States with nothing pending (e.g. the output gradients after an evaluation) are
+/// left as they are.
+template <class Model, Communicator C>
+void sync_fp8_states(Model& model, C& data, const tensor_group& tensor) {
+  const std::size_t n = count_fp8_states(model);
+  if (n == 0) return;
+  std::vector<float> mine;
+  mine.reserve(2 * n);
+  for_each_fp8_state(model, [&](auto& meta) {
+    mine.push_back(meta.has_pending() ? 1.f : 0.f);
+    mine.push_back(meta.pending_amax());
+  });
+  const auto n2 = static_cast<std::int64_t>(mine.size());
+  if (tensor.size() > 1) {
+    std::vector<float> all(std::size_t(tensor.size()) * mine.size());
+    tensor.all_gather(mine.data(), all.data(), n2);
+    detail::max_over_blocks(all, tensor.size(), mine, "tensor");
+  }
+  if (data.size() > 1) {
+    std::vector<float> all(std::size_t(data.size()) * mine.size());
+    data.all_gather(mine.data(), all.data(), n2);
+    detail::max_over_blocks(all, data.size(), mine, "data");
+  }
+  std::size_t k = 0;
+  for_each_fp8_state(model, [&](auto& meta) {
+    if (mine[k] != 0.f) meta.commit(mine[k + 1]);
+    k += 2;
+  });
+}
+
+} // namespace tessera::parallel
