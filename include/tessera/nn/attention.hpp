@@ -45,7 +45,7 @@
 /// tensor split (the head split is parallel/'s to write).
 
 #include <tessera/nn/detail/common.hpp>
-#include <tessera/nn/detail/exp_rows.hpp>
+#include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/linear.hpp>
 
