@@ -118,6 +118,43 @@ TEST_CASE("nn::ReLU and nn::GELU: values and gradients", "[nn][activation]") {
   }
 }
 
+TEST_CASE("nn::GELU over many values: x Phi(x) and the kept derivative against double, every "
+          "precision's storage path",
+          "[nn][activation]") {
+  // 5003 values (prime: full SIMD batches of any width, then a tail; several 256-value blocks):
+  // a grid over [-12, 12] plus special points. Forward against x Phi(x) in double within
+  // 8 u |x| + 1e-7 (as above); the kept derivative Phi(x) + x phi(x), read back through
+  // backward with dy = 1, within 8 u (|x| phi(x) + 1) + 1e-7.
+  std::vector<double> v;
+  for (int i = 0; i < 5000; ++i) v.push_back(-12.0 + 24.0 * i / 4999.0);
+  for (double s : {0.0, -0.0, 1e-30}) v.push_back(s);
+  const index_t n = index_t(v.size());
+  auto x = tensor_from<fp32>(v, extents<dyn>(n));
+  nn::GELU gelu;
+  const auto y = to_doubles(gelu.forward(exec_space(), x));
+  const auto d = to_doubles(gelu.backward(
+      exec_space(), tensor_from<fp32>(std::vector<double>(v.size(), 1.0), extents<dyn>(n))));
+  const double inv_sqrt_2pi = 0.3989422804014327;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const double xv = double(float(v[i])), phi = inv_sqrt_2pi * std::exp(-0.5 * xv * xv);
+    const double cdf = 0.5 * (1 + std::erf(xv / std::sqrt(2.0)));
+    INFO("x = " << xv);
+    CHECK(std::abs(y[i] - xv * cdf) <= 8 * u32 * std::abs(xv) + 1e-7);
+    CHECK(std::abs(d[i] - (cdf + xv * phi)) <= 8 * u32 * (std::abs(xv) * phi + 1) + 1e-7);
+  }
+  // bf16 storage (widened and rounded around the fp32 batches): each output is the fp32 result
+  // rounded once: half a bf16 ulp (2^-9 relative) plus the fp32 error, checked as 2^-8.
+  auto xb = tensor_from<bf16>(v, extents<dyn>(n));
+  nn::GELU gelu_b;
+  const auto yb = to_doubles(gelu_b.forward(exec_space(), xb));
+  const auto xr = to_doubles(xb);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const double want = xr[i] * 0.5 * (1 + std::erf(xr[i] / std::sqrt(2.0)));
+    INFO("bf16 x = " << xr[i]);
+    CHECK(std::abs(yb[i] - want) <= std::abs(want) * std::ldexp(1.0, -8) + 1e-7);
+  }
+}
+
 TEST_CASE("nn::MaxPool2d: window maxima and gradients routed to them", "[nn][pool]") {
   std::mt19937_64 g(22);
   for (int rep = 0; rep < 4; ++rep) {

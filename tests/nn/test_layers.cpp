@@ -117,6 +117,7 @@ TEST_CASE("nn::Linear fp32: gradients match finite differences", "[nn][linear]")
     linear_gradients<7, 3>(B, s + 10);
     linear_gradients<13, 29>(B, s + 20);
     linear_gradients<128, 10>(B, s + 30);
+    linear_gradients<5, 70>(B, s + 40); // the bias gradient's column blocks (32) and their tail
   }
 }
 

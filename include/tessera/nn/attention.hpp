@@ -45,6 +45,7 @@
 /// tensor split (the head split is parallel/'s to write).
 
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/linear.hpp>
 
@@ -210,12 +211,7 @@ public:
               for (index_t c = 1; c < valid; ++c) mx = sr[c] > mx ? sr[c] : mx;
               const float mnew = mx > m[r] ? mx : m[r];
               const float corr = detail::kmath::exp(m[r] - mnew);
-              float sum = 0.f;
-              for (index_t c = 0; c < valid; ++c) {
-                const float p = detail::kmath::exp(sr[c] - mnew);
-                sr[c] = p;
-                sum += p;
-              }
+              const float sum = detail::exp_shifted(sr, valid, mnew);
               for (index_t c = valid; c < nk; ++c) sr[c] = 0.f;
               l[r] = l[r] * corr + sum;
               m[r] = mnew;
@@ -585,11 +581,8 @@ private:
       const float L = lse_h[i0 + r], Di = di_h[i0 + r];
       float* sr = s + r * ld;
       float* dpr = dp + r * ld;
-      for (index_t c = 0; c < valid; ++c) {
-        const float p = detail::kmath::exp(sr[c] - L);
-        sr[c] = p;
-        dpr[c] = p * (dpr[c] - Di);
-      }
+      detail::exp_shifted(sr, valid, L);
+      for (index_t c = 0; c < valid; ++c) dpr[c] = sr[c] * (dpr[c] - Di);
       for (index_t c = valid < 0 ? 0 : valid; c < nk; ++c) sr[c] = dpr[c] = 0.f;
     }
   }

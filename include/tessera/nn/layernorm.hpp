@@ -28,6 +28,7 @@
 /// file names it.
 
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
 
 #include <boost/hana/tuple.hpp>
@@ -98,14 +99,13 @@ public:
           const auto* xr = in + r * D;
           // Two passes (mean, then squared deviations): no cancellation for rows whose mean
           // is large against their spread.
-          float sum = 0.f;
-          for (index_t j = 0; j < D; ++j) sum += to_float(xr[j]);
-          const float mean = sum / float(D);
-          float sq = 0.f;
-          for (index_t j = 0; j < D; ++j) {
+          // Sums in lanes (nn/detail/row_math.hpp).
+          const float mean =
+              detail::lane_sum<D>([&](index_t j) { return to_float(xr[j]); }) / float(D);
+          const float sq = detail::lane_sum<D>([&](index_t j) {
             const float c = to_float(xr[j]) - mean;
-            sq += c * c;
-          }
+            return c * c;
+          });
           const float rstd = 1.f / detail::kmath::sqrt(sq / float(D) + eps);
           rs[r] = rstd;
           for (index_t j = 0; j < D; ++j) {
@@ -133,18 +133,21 @@ public:
     const float* g = gamma_.value.data();
     float* dg = gamma_.grad.data();
     float* db = beta_.grad.data();
-    // One work item per feature j: the column sums over the rows.
-    Kokkos::parallel_for(
-        "tessera::nn::LayerNorm::backward[params]", Kokkos::RangePolicy<Exec>(exec, 0, D),
-        KOKKOS_LAMBDA(const index_t j) {
-          float sg = 0.f, sb = 0.f;
-          for (index_t r = 0; r < rows; ++r) {
-            const float v = to_float(d[r * D + j]);
-            sg += v * xh[r * D + j];
-            sb += v;
+    // The column sums over the rows, by blocks of features (nn/detail/row_math.hpp).
+    detail::for_column_blocks(
+        exec, "tessera::nn::LayerNorm::backward[params]", D,
+        KOKKOS_LAMBDA(const index_t j0, const index_t w) {
+          float sg[detail::column_block<Exec>] = {}, sb[detail::column_block<Exec>] = {};
+          for (index_t r = 0; r < rows; ++r)
+            for (index_t k = 0; k < w; ++k) {
+              const float v = to_float(d[r * D + j0 + k]);
+              sg[k] += v * xh[r * D + j0 + k];
+              sb[k] += v;
+            }
+          for (index_t k = 0; k < w; ++k) {
+            dg[j0 + k] = sg[k];
+            db[j0 + k] = sb[k];
           }
-          dg[j] = sg;
-          db[j] = sb;
         });
     exec.fence();
     if (!need_dx) return {};
@@ -153,12 +156,11 @@ public:
     Kokkos::parallel_for(
         "tessera::nn::LayerNorm::backward[dx]", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(const index_t r) {
-          float s1 = 0.f, s2 = 0.f; // sum of g, sum of g * x_hat over the row
-          for (index_t j = 0; j < D; ++j) {
-            const float gj = to_float(d[r * D + j]) * g[j];
-            s1 += gj;
-            s2 += gj * xh[r * D + j];
-          }
+          // sum of g, sum of g * x_hat over the row, in lanes
+          const float s1 =
+              detail::lane_sum<D>([&](index_t j) { return to_float(d[r * D + j]) * g[j]; });
+          const float s2 = detail::lane_sum<D>(
+              [&](index_t j) { return to_float(d[r * D + j]) * g[j] * xh[r * D + j]; });
           const float m1 = s1 / float(D), m2 = s2 / float(D), rstd = rs[r];
           for (index_t j = 0; j < D; ++j) {
             const float gj = to_float(d[r * D + j]) * g[j];

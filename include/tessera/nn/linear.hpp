@@ -19,6 +19,7 @@
 
 #include <tessera/gemm/gemm.hpp>
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
 
 #include <boost/hana/flatten.hpp>
@@ -170,12 +171,14 @@ public:
     // db (Out) = column sums of dy, from dy itself (bf16 or fp32, unscaled).
     const auto* d = dy.data();
     float* db = bias_.grad.data();
-    Kokkos::parallel_for(
-        "tessera::nn::Linear::backward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, Out),
-        KOKKOS_LAMBDA(const index_t j) {
-          float s = 0.f;
-          for (index_t i = 0; i < B; ++i) s += to_float(d[i * Out + j]);
-          db[j] = s;
+    // Column blocks, each column summed over the rows in order (nn/detail/row_math.hpp).
+    detail::for_column_blocks(
+        exec, "tessera::nn::Linear::backward[bias]", Out,
+        KOKKOS_LAMBDA(const index_t j0, const index_t w) {
+          float s[detail::column_block<Exec>] = {};
+          for (index_t i = 0; i < B; ++i)
+            for (index_t k = 0; k < w; ++k) s[k] += to_float(d[i * Out + j0 + k]);
+          for (index_t k = 0; k < w; ++k) db[j0 + k] = s[k];
         });
     exec.fence();
     if (!need_dx) return {};

@@ -19,6 +19,7 @@
 /// replicated by the tensor split (its statistic needs all D features).
 
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
 
 #include <boost/hana/tuple.hpp>
@@ -82,11 +83,10 @@ public:
         "tessera::nn::RMSNorm::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(const index_t r) {
           const auto* xr = in + r * D;
-          float sq = 0.f;
-          for (index_t j = 0; j < D; ++j) {
+          const float sq = detail::lane_sum<D>([&](index_t j) { // in lanes (row_math.hpp)
             const float v = to_float(xr[j]);
-            sq += v * v;
-          }
+            return v * v;
+          });
           const float rstd = 1.f / detail::kmath::sqrt(sq / float(D) + eps);
           rs[r] = rstd;
           for (index_t j = 0; j < D; ++j) {
@@ -113,12 +113,15 @@ public:
     const float* rs = rstd_.data();
     const float* g = gamma_.value.data();
     float* dg = gamma_.grad.data();
-    Kokkos::parallel_for(
-        "tessera::nn::RMSNorm::backward[gamma]", Kokkos::RangePolicy<Exec>(exec, 0, D),
-        KOKKOS_LAMBDA(const index_t j) {
-          float s = 0.f;
-          for (index_t r = 0; r < rows; ++r) s += to_float(d[r * D + j]) * xh[r * D + j];
-          dg[j] = s;
+    // The column sums over the rows, by blocks of features (nn/detail/row_math.hpp).
+    detail::for_column_blocks(
+        exec, "tessera::nn::RMSNorm::backward[gamma]", D,
+        KOKKOS_LAMBDA(const index_t j0, const index_t w) {
+          float s[detail::column_block<Exec>] = {};
+          for (index_t r = 0; r < rows; ++r)
+            for (index_t k = 0; k < w; ++k)
+              s[k] += to_float(d[r * D + j0 + k]) * xh[r * D + j0 + k];
+          for (index_t k = 0; k < w; ++k) dg[j0 + k] = s[k];
         });
     exec.fence();
     if (!need_dx) return {};
@@ -127,8 +130,8 @@ public:
     Kokkos::parallel_for(
         "tessera::nn::RMSNorm::backward[dx]", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(const index_t r) {
-          float s = 0.f; // sum of g * x_hat over the row
-          for (index_t j = 0; j < D; ++j) s += to_float(d[r * D + j]) * g[j] * xh[r * D + j];
+          const float s = detail::lane_sum<D>( // sum of g * x_hat over the row, in lanes
+              [&](index_t j) { return to_float(d[r * D + j]) * g[j] * xh[r * D + j]; });
           const float m = s / float(D), rstd = rs[r];
           for (index_t j = 0; j < D; ++j) {
             const float gj = to_float(d[r * D + j]) * g[j];

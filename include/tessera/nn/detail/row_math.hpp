@@ -1,0 +1,81 @@
+#pragma once
+/// \file nn/detail/exp_rows.hpp
+/// exp over a row of fp32 scores, the inner loop of softmax-like kernels (attention's online
+/// softmax and its backward): xsimd batches in host passes, a scalar loop in device passes.
+/// Device-callable. The results are within a few ulp of libm's expf; the sum is accumulated
+/// per SIMD lane and then across lanes, so it differs from a left-to-right sum in the last bits
+/// (deterministic: the same on every run and every thread count).
+///
+///   const float sum = tessera::nn::detail::exp_shifted(row, n, row_max); // row[c] = exp(row[c] -
+///   row_max)
+
+#include <tessera/config/kokkos_compat.hpp> // is_host_exec_v
+#include <tessera/nn/detail/common.hpp>
+#include <tessera/simd/lanes.hpp> // xsimd, host passes only
+
+namespace tessera::nn::detail {
+
+/// x[c] = exp(x[c] - shift) for 0 <= c < n; returns the sum of the new values.
+KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, float shift) {
+  float sum = 0.f;
+  index_t c = 0;
+#if !TESSERA_DEVICE_PASS
+  if constexpr (tessera::detail::simd::available) {
+    using B = xsimd::batch<float, xsimd::default_arch>;
+    constexpr index_t w = index_t(B::size);
+    if (n >= w) {
+      const B s(shift);
+      B acc(0.f);
+      for (; c + w <= n; c += w) {
+        const B p = xsimd::exp(B::load_unaligned(x + c) - s);
+        p.store_unaligned(x + c);
+        acc += p;
+      }
+      sum = xsimd::hadd(acc);
+    }
+  }
+#endif
+  for (; c < n; ++c) {
+    const float p = kmath::exp(x[c] - shift);
+    x[c] = p;
+    sum += p;
+  }
+  return sum;
+}
+
+/// The sum of f(j) over 0 <= j < N: f(j) goes to partial sum j % 16, and the 16 partial sums
+/// are added pairwise (0 + 8, 1 + 9, ..., then 0 + 4, ...).
+template <index_t N, class F>
+KOKKOS_INLINE_FUNCTION float lane_sum(const F& f) {
+  constexpr index_t L = 16;
+  float part[L] = {};
+  index_t j = 0;
+  for (; j + L <= N; j += L)
+    for (index_t l = 0; l < L; ++l) part[l] += f(j + l);
+  for (index_t l = 0; j + l < N; ++l) part[l] += f(j + l);
+  for (index_t w = L / 2; w > 0; w /= 2)
+    for (index_t l = 0; l < w; ++l) part[l] += part[l + w];
+  return part[0];
+}
+
+/// Adjacent columns per work item of for_column_blocks on execution space Exec: 32 on the host
+/// (a block of a row is two cache lines of fp32; the per-column sums vectorise across it), one
+/// elsewhere (a device wants the parallel width).
+template <class Exec>
+inline constexpr index_t column_block = tessera::detail::is_host_exec_v<Exec> ? 32 : 1;
+
+/// f(j0, w) for the blocks [j0, j0 + w) of column_block<Exec> adjacent columns covering 0..n,
+/// in parallel. f sums its columns over the rows in row order (so each column's sum is the one
+/// a work item per column would give) into at most column_block<Exec> accumulators.
+template <class Exec, class F>
+void for_column_blocks(const Exec& exec, const char* label, index_t n, const F& f) {
+  constexpr index_t cols = column_block<Exec>;
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec>(exec, 0, (n + cols - 1) / cols),
+      KOKKOS_LAMBDA(const index_t c) {
+        const index_t j0 = c * cols;
+        f(j0, n - j0 < cols ? n - j0 : cols);
+      });
+}
+
+} // namespace tessera::nn::detail
