@@ -61,8 +61,9 @@ inline const char* usage_text() {
          "(1..4096)] "
          "[--accum N (micro-batches per step, divides --batch)] [--lr X (finite, > 0)] "
          "[--seed N] [--eval-every N (1..10000000)] [--sample-len N (0..100000)] "
-         "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE] "
-         "[--resume FILE] [--no-progress] [--layers N (1..64)] [--context N (2..128)] "
+         "[--temperature X (finite, in (0, 100])] [--data DIR] [--checkpoint FILE (DIR under "
+         "--plan)] "
+         "[--resume FILE (DIR)] [--no-progress] [--layers N (1..64)] [--context N (2..128)] "
          "[--width D --heads H (D/H: 64/2 or 128/4)] "
          "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; fp32 and the "
          "default model size; under mpiexec -n D*T*P)]";
@@ -165,9 +166,9 @@ inline options parse_options(int argc, const char* const* argv) {
   if (!o.plan.empty()) { // train_fashion_mnist's syntax and rules (fashion::detail::parse_plan)
     if (o.precision != "fp32")
       throw usage_error("--plan trains in fp32 (the example instantiates its plans for fp32 only)");
-    if (o.accum != 1 || !o.checkpoint.empty() || !o.resume.empty() || o.stop_at != 0)
-      throw usage_error("--plan takes none of --accum, --checkpoint, --resume, --stop-at (the "
-                        "plan run splits the batch into micro-batches itself and saves nothing)");
+    if (o.accum != 1)
+      throw usage_error("--plan does not take --accum (the plan run splits the batch into "
+                        "micro-batches itself)");
     if (o.layers != 4 || o.context != max_context || o.width != 128 || o.heads != 4)
       throw usage_error("--plan trains the default model size (4 layers, width 128, heads 4, "
                         "context 128; the example instantiates its plans for that size only)");

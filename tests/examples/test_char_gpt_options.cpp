@@ -181,9 +181,12 @@ TEST_CASE("train_char_gpt: --plan, with train_fashion_mnist's syntax and rules",
   REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--precision", "bf16"}), chargpt::usage_error,
                          what_contains({"--plan trains in fp32"}));
   REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--accum", "2"}), chargpt::usage_error,
-                         what_contains({"--plan takes none of"}));
-  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--checkpoint", "f"}), chargpt::usage_error,
-                         what_contains({"--plan takes none of"}));
+                         what_contains({"--plan does not take --accum"}));
+  // A plan run saves and resumes plan checkpoints (directories) and may stop early.
+  const auto ck =
+      parse({"--plan", "data=2", "--checkpoint", "d", "--stop-at", "2", "--steps", "4"});
+  CHECK((ck.checkpoint == "d" && ck.stop_at == 2));
+  CHECK(parse({"--plan", "data=2", "--resume", "d"}).resume == "d");
   REQUIRE_THROWS_MATCHES(parse({"--plan", ""}), chargpt::usage_error, what_contains({"--plan"}));
   REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--layers", "2"}), chargpt::usage_error,
                          what_contains({"--plan trains the default model size"}));

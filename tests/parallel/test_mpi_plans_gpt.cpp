@@ -15,11 +15,16 @@
 // and kernels as the reference, composed as one Sequential instead of Embedding + Sequential.
 // The others sum in another order (over 2 micro-batches under a pipeline, over the data ranks
 // times 1/D, over the tensor ranks for the row-parallel partial products and the column-
-// parallel input gradients, and the head-split attention's core row by row instead of the
-// whole layer's tiles), a few fp32 ulps per gradient; 3 SGD steps (lr 0.05, momentum 0.9) keep
-// the weight differences ~1e-7, and the bound is fp32_tolerance = 1e-5 (plan_check.hpp), far
-// below what a real mistake does (a missed 1/D or 1/M, a head's columns sliced from the wrong
-// place, a partial sum not reduced: >= 1e-3).
+// parallel input gradients; the head-split attention's core is the whole layer's tiled kernel
+// on its heads, the same sums per head), a few fp32 ulps per gradient; 3 SGD steps (lr 0.05,
+// momentum 0.9) keep the weight differences ~1e-7, and the bound is fp32_tolerance = 1e-5
+// (plan_check.hpp), far below what a real mistake does (a missed 1/D or 1/M, a head's columns
+// sliced from the wrong place, a partial sum not reduced: >= 1e-3).
+//
+// Memory: the head-split attention keeps, between forward and backward, bytes linear in t
+// (tiled core: the log-sum-exp per row, not the probabilities), equal to a formula from the
+// shapes at t = 64, 128, 256 (nn::saved_activation_bytes), and its outputs and input gradients
+// match the whole layer's (1 rank; pairs of ranks splitting the heads 2 ways).
 #include "plan_check.hpp"
 
 #include <tessera/nn/embedding.hpp>
@@ -194,4 +199,83 @@ TEST_CASE("plans: tiny character GPT fp32 against the single process", "[paralle
   }(static_cast<all_plans*>(nullptr));
   const int n = tp::mpi_communicator::world().size();
   CHECK(ran == (n == 1 ? 1 : n == 2 ? 3 : n == 4 ? 3 : n == 8 ? 1 : 0));
+}
+
+namespace {
+
+/// x (B, t, D) with values in [-1, 1) from a fixed generator.
+tessera::Tensor<P, tessera::extents<tessera::dyn, tessera::dyn, D>>
+attention_input(tessera::index_t B, tessera::index_t t, std::uint32_t seed) {
+  tessera::Tensor<P, tessera::extents<tessera::dyn, tessera::dyn, D>> x("x", B, t);
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (tessera::index_t i = 0; i < x.size(); ++i) x.data()[i] = u(g);
+  return x;
+}
+
+/// The bytes HeadParallelAttention<D, H, TP> (fp32) keeps between forward and backward for an
+/// input of (B, t, D) floats, from the shapes: the input x (the QKV projection's saved input,
+/// shared with the caller), the QKV projection's output (B, t, 3D/TP), this rank's heads' output
+/// o (B, t, D/TP, the output projection's saved input), the output projection's output (B, t,
+/// D), the core's fp32 q, k, k^T, v, v^T (5 of B t D/TP) and the log-sum-exp per row (B H/TP t).
+template <int TP>
+std::size_t head_parallel_saved_bytes(tessera::index_t B, tessera::index_t t) {
+  const tessera::index_t floats = B * t * D + B * t * 3 * D / TP + B * t * D / TP + B * t * D +
+                                  5 * B * t * D / TP + B * (H / TP) * t;
+  return std::size_t(floats) * sizeof(float);
+}
+
+/// Runs forward and backward of HeadParallelAttention<D, H, TP> bound to `group` at t = 64,
+/// 128, 256 (tiles of 16 rows: 4 to 16 tiles), checks the saved bytes against the formula
+/// and against the whole layer's outputs and input gradients.
+template <int TP>
+void check_head_parallel_memory(const tp::tensor_group& group) {
+  Kokkos::DefaultExecutionSpace exec;
+  constexpr tessera::index_t B = 2;
+  tp::HeadParallelAttention<D, H, TP, P> split(11);
+  if constexpr (TP > 1) split.bind(group);
+  nn::CausalSelfAttention<D, H, P> whole(11);
+  split.set_tile(16);
+  whole.set_tile(16);
+  std::size_t previous = 0;
+  for (const tessera::index_t t : {64, 128, 256}) {
+    INFO("tensor " << TP << ", t = " << t);
+    const auto x = attention_input(B, t, std::uint32_t(t));
+    const auto y = split.forward(exec, x);
+    const auto y_ref = whole.forward(exec, x);
+    const std::size_t saved = nn::saved_activation_bytes(split);
+    CHECK(saved == head_parallel_saved_bytes<TP>(B, t));
+    // Linear in t: doubling t doubles the bytes (the probability matrix alone, B H/T t^2
+    // floats, would quadruple; at t = 256 it would exceed everything counted here).
+    if (previous != 0) CHECK(saved == 2 * previous);
+    CHECK(saved < std::size_t(B * (H / TP) * t * t) * sizeof(float));
+    previous = saved;
+    float worst = 0;
+    for (tessera::index_t i = 0; i < y.size(); ++i)
+      worst = std::max(worst, std::fabs(y.data()[i] - y_ref.data()[i]));
+    CHECK(worst <= fp32_tolerance);
+    const auto dy = attention_input(B, t, std::uint32_t(1000 + t));
+    const auto dx = split.backward(exec, dy);
+    const auto dx_ref = whole.backward(exec, dy);
+    worst = 0;
+    for (tessera::index_t i = 0; i < dx.size(); ++i)
+      worst = std::max(worst, std::fabs(dx.data()[i] - dx_ref.data()[i]));
+    CHECK(worst <= fp32_tolerance);
+    if constexpr (TP == 1) CHECK(worst == 0.f); // one rank: the whole layer's arithmetic
+  }
+  split.release_activations();
+  CHECK(nn::saved_activation_bytes(split) == 0);
+}
+
+} // namespace
+
+TEST_CASE("plans: head-parallel attention keeps memory linear in t", "[parallel][gpt][memory]") {
+  check_head_parallel_memory<1>(tp::tensor_group{});
+  auto world = tp::mpi_communicator::world();
+  if (world.size() % 2 == 0) {
+    // Pairs of ranks split the heads 2 ways.
+    MPI_Comm pair;
+    MPI_Comm_split(MPI_COMM_WORLD, world.rank() / 2, world.rank(), &pair);
+    check_head_parallel_memory<2>(tp::tensor_group(tp::mpi_communicator(pair, true)));
+  }
 }

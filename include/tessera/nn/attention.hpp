@@ -59,119 +59,45 @@
 #include <string>
 
 namespace tessera::nn {
+namespace detail {
 
-template <index_t D, index_t H, class Prec = fp32>
-class CausalSelfAttention {
-  static_assert(D >= 1 && H >= 1 && D % H == 0,
-                "tessera::nn::CausalSelfAttention<D, H>: the heads H must divide the width D.");
-  using M = detail::default_memory_space;
+/// The tiled causal attention core of nn::CausalSelfAttention (see the file comment) on NH heads
+/// of width W / NH: q, k, v read from a QKV projection's output (B, t, 3W) (q | k | v, each W
+/// wide, head h in columns [h d, (h + 1) d) of each), o written as (B, t, W). The whole layer
+/// runs it on its H heads (W = D); parallel::HeadParallelAttention on a rank's H/T heads
+/// (W = D/T, the columns of its shard of the QKV projection): the same kernels, the same sums
+/// per head. Keeps q, k, k^T, v, v^T (fp32) and the per-row log-sum-exp between a forward and
+/// its backward (5 B t W + B NH t floats); backward allocates dO and D (B t W + B NH t floats).
+template <index_t W, index_t NH, class Act, class M = default_memory_space>
+class tiled_attention_core {
+  static_assert(W >= 1 && NH >= 1 && W % NH == 0,
+                "tessera::nn::detail::tiled_attention_core<W, NH>: NH must divide W.");
 
 public:
-  /// The width of one head.
-  static constexpr index_t head_dim = D / H;
-  using compute_precision = Prec;
-  using activation_precision = activation_t<Prec>;
+  static constexpr index_t head_dim = W / NH;
 
-  /// (B, t, D), t static or dynamic.
-  template <class InExt>
-  static constexpr bool accepts = InExt::rank == 3 &&
-                                  (InExt::static_extent(2) == D || InExt::static_extent(2) == dyn);
-  template <class InExt>
-  using output_extents = extents<dyn, InExt::static_extent(1), D>;
-  /// nn/layer.hpp, for a static t: the QKV and output projections (2 t D 3D + 2 t D D) and the
-  /// causal core (q k^T and p v over t (t + 1) / 2 pairs, 2 d FLOPs each per head).
-  template <class InExt>
-  requires(InExt::rank == 3 &&
-           InExt::static_extent(1) != dyn) static constexpr double forward_flops = [] {
-    const double t = double(InExt::static_extent(1));
-    return 8.0 * t * double(D) * double(D) + 2.0 * t * (t + 1.0) * double(D);
-  }();
-
-  /// The key/value cache of decode: keys and values of up to `capacity` positions of `batch`
-  /// sequences, fp32, (batch, H, capacity, head_dim) each.
-  class cache {
-  public:
-    cache(index_t batch, index_t capacity)
-        : k_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attention.cache.k"),
-             std::size_t(batch * H * capacity * head_dim)),
-          v_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attention.cache.v"),
-             std::size_t(batch * H * capacity * head_dim)),
-          batch_(batch), capacity_(capacity) {
-      if (batch < 1 || capacity < 1)
-        throw value_error("tessera::nn::CausalSelfAttention::cache: batch " +
-                          std::to_string(batch) + " and capacity " + std::to_string(capacity) +
-                          " must be >= 1");
-    }
-    index_t batch() const noexcept { return batch_; }
-    index_t capacity() const noexcept { return capacity_; }
-    /// Positions cached so far.
-    index_t length() const noexcept { return length_; }
-    /// Forget every position (a new sequence).
-    void reset() noexcept { length_ = 0; }
-
-  private:
-    friend class CausalSelfAttention;
-    Kokkos::View<float*, M> k_, v_;
-    index_t batch_, capacity_, length_ = 0;
-  };
-
-  /// The projections initialised as nn::Linear (PyTorch's default), from streams 0 and 1 of
-  /// `seed`.
-  explicit CausalSelfAttention(std::uint64_t seed = 0)
-      : qkv_(counter_rng{seed, 0}.bits(0)), proj_(counter_rng{seed, 1}.bits(0)), o_("attention.o"),
-        dqkv_("attention.dqkv"), q_("attention.q"), k_("attention.k"), kt_("attention.kt"),
-        v_("attention.v"), vt_("attention.vt"), lse_("attention.lse"), do_("attention.do"),
-        di_("attention.di"), dec_o_("attention.decode.o") {}
-
-  /// The QKV projection, Linear<D, 3D, Prec> (rows [0, D) of its weight give q, [D, 2D) k,
-  /// [2D, 3D) v), and the output projection, Linear<D, D, Prec>.
-  Linear<D, 3 * D, Prec>& qkv() noexcept { return qkv_; }
-  Linear<D, D, Prec>& proj() noexcept { return proj_; }
-  /// (qkv.weight, qkv.bias, proj.weight, proj.bias) as a boost::hana::tuple of handles.
-  auto parameters() const {
-    const auto named = [](const char* prefix) {
-      return [prefix](auto p) {
-        p.name = std::string(prefix) + p.name;
-        return p;
-      };
-    };
-    return boost::hana::flatten(
-        boost::hana::make_tuple(boost::hana::transform(qkv_.parameters(), named("qkv.")),
-                                boost::hana::transform(proj_.parameters(), named("proj."))));
-  }
-  auto fp8_states() {
-    return boost::hana::flatten(boost::hana::make_tuple(qkv_.fp8_states(), proj_.fp8_states()));
-  }
-
-  /// Query (and key) rows per work item of the tiled core (default 64).
   index_t tile() const noexcept { return tile_; }
-  /// Sets the tile (1 to 256 rows); value_error otherwise.
-  void set_tile(index_t rows) {
+  /// Sets the tile (1 to 256 rows); value_error naming `who` otherwise.
+  void set_tile(index_t rows, const char* who) {
     if (rows < 1 || rows > 256)
-      throw value_error("tessera::nn::CausalSelfAttention::set_tile: " + std::to_string(rows) +
+      throw value_error(std::string(who) + "::set_tile: " + std::to_string(rows) +
                         " rows; the tile must be 1 to 256 rows");
     tile_ = rows;
   }
-  /// Bytes of the core's memory allocated by the last forward and backward: the fp32 copies of
-  /// q, k, k^T, v, v^T, the per-row statistics, dO and D (not the projections' buffers nor the
-  /// activations o and dqkv, which any implementation has), plus the work items' scratch
-  /// (tile x (tile + d) floats forward, 2 tile (tile + d) backward) times the concurrency.
+  /// Bytes of the last forward and backward's core memory (see CausalSelfAttention::scratch_bytes).
   std::size_t scratch_bytes() const noexcept { return scratch_bytes_; }
+  /// The bytes forward keeps for backward: q, k, k^T, v, v^T and the log-sum-exp per row.
+  static constexpr std::size_t saved_bytes(index_t B, index_t t) {
+    return std::size_t(5 * B * t * W + B * NH * t) * sizeof(float);
+  }
 
-  /// y = attention(x); x (B, t, D) in any precision, y in activation_precision.
-  template <class Exec, class XP, class XE>
-  Tensor<activation_precision, output_extents<XE>, layout_right, M>
-  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x) {
-    static_assert(accepts<XE>, "tessera::nn::CausalSelfAttention::forward: x must be (B, t, D).");
-    check_input("forward", x);
-    const index_t B = x.extent(0), t = x.extent(1);
-    const auto qkv = qkv_.forward(exec, x);
-    pack(exec, qkv.data(), B, t);
+  /// out (B, t, W) = the heads' causal attention of qkv (B, t, 3W); keeps what backward needs.
+  template <class Exec, class S>
+  void forward(const Exec& exec, const S* qkv, index_t B, index_t t, storage_t<Act>* out) {
+    pack(exec, qkv, B, t);
     const index_t tile = tile_, tiles = (t + tile - 1) / tile;
-    auto o = o_.get(extents<dyn, XE::static_extent(1), D>::from_all({B, t, D}));
-    float* lse = lse_.get(B * H * t);
+    float* lse = lse_.get(B * NH * t);
     const float *q = q_.data(), *kt = kt_.data(), *v = v_.data();
-    auto* out = o.data();
     constexpr index_t d = head_dim;
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
@@ -180,13 +106,13 @@ public:
     const int level = scratch_level(floats);
     Kokkos::parallel_for(
         "tessera::nn::CausalSelfAttention::forward[core]",
-        policy_t(exec, int(B * H * tiles), 1)
+        policy_t(exec, int(B * NH * tiles), 1)
             .set_scratch_size(level, Kokkos::PerTeam(scratch_view::shmem_size(floats))),
         KOKKOS_LAMBDA(const member_t& team) {
           const index_t w = team.league_rank();
           const index_t bh = w / tiles, i0 = (w % tiles) * tile;
           const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
-          const index_t b = bh / H, h = bh % H;
+          const index_t b = bh / NH, h = bh % NH;
           const scratch_view sv(team.team_scratch(level), floats);
           float* s = sv.data();             // scores, then probabilities (tile x tile)
           float* acc = s + tile * tile;     // unnormalised output (tile x d)
@@ -210,8 +136,8 @@ public:
               float mx = sr[0];
               for (index_t c = 1; c < valid; ++c) mx = sr[c] > mx ? sr[c] : mx;
               const float mnew = mx > m[r] ? mx : m[r];
-              const float corr = detail::kmath::exp(m[r] - mnew);
-              const float sum = detail::exp_shifted(sr, valid, mnew);
+              const float corr = kmath::exp(m[r] - mnew);
+              const float sum = exp_shifted(sr, valid, mnew);
               for (index_t c = valid; c < nk; ++c) sr[c] = 0.f;
               l[r] = l[r] * corr + sum;
               m[r] = mnew;
@@ -224,54 +150,39 @@ public:
             const float inv = 1.f / l[r];
             const index_t i = i0 + r;
             for (index_t c = 0; c < d; ++c)
-              out[(b * t + i) * D + h * d + c] =
-                  from_float<activation_precision>(acc[r * d + c] * inv);
-            lse[bh * t + i] = m[r] + detail::kmath::log(l[r]);
+              out[(b * t + i) * W + h * d + c] = from_float<Act>(acc[r * d + c] * inv);
+            lse[bh * t + i] = m[r] + kmath::log(l[r]);
           }
         });
     exec.fence();
     fwd_scratch_ = std::size_t(exec.concurrency()) * floats * sizeof(float);
-    scratch_bytes_ = core_bytes(B, t) + fwd_scratch_;
-    const auto y = proj_.forward(exec, o);
-    shape_.save(y.extents());
-    return y;
+    scratch_bytes_ = saved_bytes(B, t) + fwd_scratch_;
   }
 
-  /// From dy (B, t, D) of the last forward: writes the projections' gradients and returns dx
-  /// (B, t, D) in activation_precision (empty when !need_dx).
-  template <class Exec, class DP, class DE>
-  Tensor<activation_precision, output_extents<DE>, layout_right, M>
-  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
-    static_assert(DE::rank == 3,
-                  "tessera::nn::CausalSelfAttention::backward: dy must be (B, t, D).");
-    detail::require_saved_like("tessera::nn::CausalSelfAttention::backward", dy, shape_);
-    const index_t B = shape_.dims[0], t = shape_.dims[1];
-    const auto dout = proj_.backward(exec, dy, true); // dL/do (B, t, D)
+  /// dqkv (B, t, 3W, fp32) of dout = dL/do (B, t, W) and o (B, t, W), the last forward's.
+  template <class Exec, class G, class O>
+  void backward(const Exec& exec, const G* g, const O* o, index_t B, index_t t, float* dst) {
     constexpr index_t d = head_dim;
-    // dO per head in fp32 (B, H, t, d) and D_i = rowsum(dO_i * o_i).
+    // dO per head in fp32 (B, NH, t, d) and D_i = rowsum(dO_i * o_i).
     {
-      float* dop = do_.get(B * t * D);
-      float* di = di_.get(B * H * t);
-      const auto* g = dout.data();
-      const auto* o = o_.get(extents<dyn, D>(B * t)).data();
+      float* dop = do_.get(B * t * W);
+      float* di = di_.get(B * NH * t);
       Kokkos::parallel_for(
           "tessera::nn::CausalSelfAttention::backward[dO]",
-          Kokkos::RangePolicy<Exec>(exec, 0, B * H * t), KOKKOS_LAMBDA(const index_t k) {
-            const index_t bh = k / t, i = k % t, b = bh / H, h = bh % H;
+          Kokkos::RangePolicy<Exec>(exec, 0, B * NH * t), KOKKOS_LAMBDA(const index_t k) {
+            const index_t bh = k / t, i = k % t, b = bh / NH, h = bh % NH;
             float s = 0.f;
             for (index_t c = 0; c < d; ++c) {
-              const float gv = to_float(g[(b * t + i) * D + h * d + c]);
+              const float gv = to_float(g[(b * t + i) * W + h * d + c]);
               dop[k * d + c] = gv;
-              s += gv * to_float(o[(b * t + i) * D + h * d + c]);
+              s += gv * to_float(o[(b * t + i) * W + h * d + c]);
             }
             di[k] = s;
           });
     }
-    auto dqkv = dqkv_.get(extents<dyn, DE::static_extent(1), 3 * D>::from_all({B, t, 3 * D}));
     const index_t tile = tile_;
     const float *q = q_.data(), *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
     const float *lse = lse_.data(), *dop = do_.data(), *di = di_.data();
-    float* dst = dqkv.data();
     const float scale = 1.f / std::sqrt(float(d));
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
@@ -284,11 +195,11 @@ public:
     // probability tile is recomputed once.
     Kokkos::parallel_for(
         "tessera::nn::CausalSelfAttention::backward[core]",
-        policy_t(exec, int(B * H), 1)
+        policy_t(exec, int(B * NH), 1)
             .set_scratch_size(level, Kokkos::PerTeam(scratch_view::shmem_size(floats))),
         KOKKOS_LAMBDA(const member_t& team) {
           const index_t bh = team.league_rank();
-          const index_t b = bh / H, h = bh % H;
+          const index_t b = bh / NH, h = bh % NH;
           const scratch_view sv(team.team_scratch(level), floats);
           float* s = sv.data();
           float* dp = s + tile * tile;
@@ -299,9 +210,9 @@ public:
           const float* kth = kt + bh * d * t;
           const float* vth = vt + bh * d * t;
           const float* doh = dop + bh * t * d;
-          float* dqh = dst + b * t * 3 * D + h * d; // row i at dqh + i * 3D
+          float* dqh = dst + b * t * 3 * W + h * d; // row i at dqh + i * 3D
           for (index_t i = 0; i < t; ++i)
-            for (index_t e = 0; e < d; ++e) dqh[i * 3 * D + e] = 0.f;
+            for (index_t e = 0; e < d; ++e) dqh[i * 3 * W + e] = 0.f;
           for (index_t j0 = 0; j0 < t; j0 += tile) {
             const index_t j1 = j0 + tile < t ? j0 + tile : t, nk = j1 - j0;
             for (index_t c = 0; c < nk * d; ++c) dk[c] = dv[c] = 0.f;
@@ -310,111 +221,32 @@ public:
               probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
                                 tile, t);
               accumulate_t(dv, dk, s, dp, doh + i0 * d, qh + i0 * d, i0, j0, nq, nk, tile);
-              accumulate(dqh + i0 * 3 * D, 3 * D, dp, kh + j0 * d, i0, j0, nq, nk, tile);
+              accumulate(dqh + i0 * 3 * W, 3 * W, dp, kh + j0 * d, i0, j0, nq, nk, tile);
             }
             // q was pre-scaled: dK = dS^T (q / sqrt d) already.
             for (index_t c = 0; c < nk; ++c)
               for (index_t e = 0; e < d; ++e) {
-                float* row = dst + (b * t + j0 + c) * 3 * D + h * d + e;
-                row[D] = dk[c * d + e];
-                row[2 * D] = dv[c * d + e];
+                float* row = dst + (b * t + j0 + c) * 3 * W + h * d + e;
+                row[W] = dk[c * d + e];
+                row[2 * W] = dv[c * d + e];
               }
           }
           for (index_t i = 0; i < t; ++i)
-            for (index_t e = 0; e < d; ++e) dqh[i * 3 * D + e] *= scale;
+            for (index_t e = 0; e < d; ++e) dqh[i * 3 * W + e] *= scale;
         });
     exec.fence();
     scratch_bytes_ =
-        core_bytes(B, t) + std::size_t(B * t * D + B * H * t) * sizeof(float) +
+        saved_bytes(B, t) + std::size_t(B * t * W + B * NH * t) * sizeof(float) +
         std::max(fwd_scratch_, std::size_t(exec.concurrency()) * floats * sizeof(float));
-    return qkv_.backward(exec, dqkv, need_dx);
   }
 
-  /// Appends x_new (B, n, D) at positions length() .. length() + n - 1 of `c` and returns their
-  /// outputs (B, n, D), each row attending to every cached position and to the new ones up to
-  /// itself. Throws shape_error if B differs from the cache's batch or the cache would
-  /// overflow. Overwrites the state a backward needs (run forward again before backward).
-  template <class Exec, class XP, class XE>
-  Tensor<activation_precision, output_extents<XE>, layout_right, M>
-  decode(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x, cache& c) {
-    static_assert(accepts<XE>, "tessera::nn::CausalSelfAttention::decode: x must be (B, n, D).");
-    check_input("decode", x);
-    const index_t B = x.extent(0), n = x.extent(1), len = c.length_, cap = c.capacity_;
-    if (B != c.batch_ || len + n > cap)
-      throw shape_error("tessera::nn::CausalSelfAttention::decode: x has shape " +
-                        shape_string(x.extents()) + " but the cache holds " +
-                        std::to_string(c.batch_) + " sequences of " + std::to_string(len) +
-                        " positions with room for " + std::to_string(cap) +
-                        "; the batch must match and length + n must not exceed the capacity");
-    shape_ = {}; // the forward state is gone
-    const auto qkv = qkv_.forward(exec, x);
-    const auto* in = qkv.data();
-    float* kc = c.k_.data();
-    float* vc = c.v_.data();
-    constexpr index_t d = head_dim;
-    Kokkos::parallel_for(
-        "tessera::nn::CausalSelfAttention::decode[append]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * H * n), KOKKOS_LAMBDA(const index_t w) {
-          const index_t bh = w / n, r = w % n, b = bh / H, h = bh % H;
-          const auto* row = in + (b * n + r) * 3 * D + h * d;
-          float* kr = kc + (bh * cap + len + r) * d;
-          float* vr = vc + (bh * cap + len + r) * d;
-          for (index_t e = 0; e < d; ++e) {
-            kr[e] = to_float(row[D + e]);
-            vr[e] = to_float(row[2 * D + e]);
-          }
-        });
-    exec.fence();
-    auto o = dec_o_.get(extents<dyn, XE::static_extent(1), D>::from_all({B, n, D}));
-    auto* out = o.data();
-    const float scale = 1.f / std::sqrt(float(d));
-    Kokkos::parallel_for(
-        "tessera::nn::CausalSelfAttention::decode[core]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * H * n), KOKKOS_LAMBDA(const index_t w) {
-          const index_t bh = w / n, r = w % n, b = bh / H, h = bh % H;
-          const auto* row = in + (b * n + r) * 3 * D + h * d;
-          float qv[d], acc[d];
-          for (index_t e = 0; e < d; ++e) {
-            qv[e] = scale * to_float(row[e]);
-            acc[e] = 0.f;
-          }
-          float m = -3.0e38f, l = 0.f;
-          const index_t keys = len + r + 1;
-          for (index_t j = 0; j < keys; ++j) {
-            const float* kr = kc + (bh * cap + j) * d;
-            float s = 0.f;
-            for (index_t e = 0; e < d; ++e) s += qv[e] * kr[e];
-            const float mnew = s > m ? s : m;
-            const float corr = detail::kmath::exp(m - mnew), p = detail::kmath::exp(s - mnew);
-            l = l * corr + p;
-            m = mnew;
-            const float* vr = vc + (bh * cap + j) * d;
-            for (index_t e = 0; e < d; ++e) acc[e] = acc[e] * corr + p * vr[e];
-          }
-          const float inv = 1.f / l;
-          for (index_t e = 0; e < d; ++e)
-            out[(b * n + r) * D + h * d + e] = from_float<activation_precision>(acc[e] * inv);
-        });
-    exec.fence();
-    c.length_ = len + n;
-    return proj_.forward(exec, o);
-  }
-
-  /// nn/layer.hpp: what the last forward left for backward: both projections' (nn::Linear's),
-  /// the attention output o, q, k, k^T, v, v^T and the per-row log-sum-exp.
-  void count_activations(activation_ledger& l) const {
-    qkv_.count_activations(l);
-    proj_.count_activations(l);
-    o_.count(l);
+  /// Adds what forward kept for backward to l.
+  void count(activation_ledger& l) const {
     for (const auto* b : {&q_, &k_, &kt_, &v_, &vt_, &lse_}) b->count(l);
   }
-  /// nn/layer.hpp: frees them; backward then needs a forward first.
-  void release_activations() noexcept {
-    qkv_.release_activations();
-    proj_.release_activations();
-    o_.release();
+  /// Frees it.
+  void release() noexcept {
     for (auto* b : {&q_, &k_, &kt_, &v_, &vt_, &lse_}) b->release();
-    shape_ = {};
   }
 
 private:
@@ -581,36 +413,27 @@ private:
       const float L = lse_h[i0 + r], Di = di_h[i0 + r];
       float* sr = s + r * ld;
       float* dpr = dp + r * ld;
-      detail::exp_shifted(sr, valid, L);
+      exp_shifted(sr, valid, L);
       for (index_t c = 0; c < valid; ++c) dpr[c] = sr[c] * (dpr[c] - Di);
       for (index_t c = valid < 0 ? 0 : valid; c < nk; ++c) sr[c] = dpr[c] = 0.f;
     }
   }
 
-  template <class T>
-  void check_input(const char* what, const T& x) const {
-    if (x.extent(2) != D)
-      throw shape_error(std::string("tessera::nn::CausalSelfAttention<") + std::to_string(D) +
-                        ", " + std::to_string(H) + ">::" + what + ": x has shape " +
-                        shape_string(x.extents()) + "; it must be (B, t, " + std::to_string(D) +
-                        ")");
-  }
-
-  /// qkv (B, t, 3D) -> q (pre-scaled by 1/sqrt d), k, v (B, H, t, d) and k^T, v^T (B, H, d, t),
+  /// qkv (B, t, 3W) -> q (pre-scaled by 1/sqrt d), k, v (B, NH, t, d) and k^T, v^T (B, NH, d, t),
   /// fp32.
   template <class Exec, class S>
   void pack(const Exec& exec, const S* in, index_t B, index_t t) {
     constexpr index_t d = head_dim;
-    const index_t n = B * t * D;
+    const index_t n = B * t * W;
     float *q = q_.get(n), *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
     const float scale = 1.f / std::sqrt(float(d));
     Kokkos::parallel_for(
         "tessera::nn::CausalSelfAttention::forward[pack]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * H * t), KOKKOS_LAMBDA(const index_t w) {
-          const index_t bh = w / t, i = w % t, b = bh / H, h = bh % H;
-          const auto* row = in + (b * t + i) * 3 * D + h * d;
+        Kokkos::RangePolicy<Exec>(exec, 0, B * NH * t), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / t, i = w % t, b = bh / NH, h = bh % NH;
+          const auto* row = in + (b * t + i) * 3 * W + h * d;
           for (index_t e = 0; e < d; ++e) {
-            const float kv = to_float(row[D + e]), vv = to_float(row[2 * D + e]);
+            const float kv = to_float(row[W + e]), vv = to_float(row[2 * W + e]);
             q[w * d + e] = scale * to_float(row[e]);
             k[w * d + e] = kv;
             v[w * d + e] = vv;
@@ -621,19 +444,239 @@ private:
     exec.fence();
   }
 
-  static std::size_t core_bytes(index_t B, index_t t) {
-    return std::size_t(5 * B * t * D + B * H * t) * sizeof(float);
+  raw_buffer<float, M> q_{"attention.q"}, k_{"attention.k"}, kt_{"attention.kt"}, v_{"attention.v"},
+      vt_{"attention.vt"}, lse_{"attention.lse"}, do_{"attention.do"}, di_{"attention.di"};
+  index_t tile_ = 64;
+  std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
+};
+
+} // namespace detail
+
+template <index_t D, index_t H, class Prec = fp32>
+class CausalSelfAttention {
+  static_assert(D >= 1 && H >= 1 && D % H == 0,
+                "tessera::nn::CausalSelfAttention<D, H>: the heads H must divide the width D.");
+  using M = detail::default_memory_space;
+
+public:
+  /// The width of one head.
+  static constexpr index_t head_dim = D / H;
+  using compute_precision = Prec;
+  using activation_precision = activation_t<Prec>;
+
+  /// (B, t, D), t static or dynamic.
+  template <class InExt>
+  static constexpr bool accepts = InExt::rank == 3 &&
+                                  (InExt::static_extent(2) == D || InExt::static_extent(2) == dyn);
+  template <class InExt>
+  using output_extents = extents<dyn, InExt::static_extent(1), D>;
+  /// nn/layer.hpp, for a static t: the QKV and output projections (2 t D 3D + 2 t D D) and the
+  /// causal core (q k^T and p v over t (t + 1) / 2 pairs, 2 d FLOPs each per head).
+  template <class InExt>
+  requires(InExt::rank == 3 &&
+           InExt::static_extent(1) != dyn) static constexpr double forward_flops = [] {
+    const double t = double(InExt::static_extent(1));
+    return 8.0 * t * double(D) * double(D) + 2.0 * t * (t + 1.0) * double(D);
+  }();
+
+  /// The key/value cache of decode: keys and values of up to `capacity` positions of `batch`
+  /// sequences, fp32, (batch, H, capacity, head_dim) each.
+  class cache {
+  public:
+    cache(index_t batch, index_t capacity)
+        : k_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attention.cache.k"),
+             std::size_t(batch * H * capacity * head_dim)),
+          v_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "attention.cache.v"),
+             std::size_t(batch * H * capacity * head_dim)),
+          batch_(batch), capacity_(capacity) {
+      if (batch < 1 || capacity < 1)
+        throw value_error("tessera::nn::CausalSelfAttention::cache: batch " +
+                          std::to_string(batch) + " and capacity " + std::to_string(capacity) +
+                          " must be >= 1");
+    }
+    index_t batch() const noexcept { return batch_; }
+    index_t capacity() const noexcept { return capacity_; }
+    /// Positions cached so far.
+    index_t length() const noexcept { return length_; }
+    /// Forget every position (a new sequence).
+    void reset() noexcept { length_ = 0; }
+
+  private:
+    friend class CausalSelfAttention;
+    Kokkos::View<float*, M> k_, v_;
+    index_t batch_, capacity_, length_ = 0;
+  };
+
+  /// The projections initialised as nn::Linear (PyTorch's default), from streams 0 and 1 of
+  /// `seed`.
+  explicit CausalSelfAttention(std::uint64_t seed = 0)
+      : qkv_(counter_rng{seed, 0}.bits(0)), proj_(counter_rng{seed, 1}.bits(0)), o_("attention.o"),
+        dqkv_("attention.dqkv"), dec_o_("attention.decode.o") {}
+
+  /// The QKV projection, Linear<D, 3D, Prec> (rows [0, D) of its weight give q, [D, 2D) k,
+  /// [2D, 3D) v), and the output projection, Linear<D, D, Prec>.
+  Linear<D, 3 * D, Prec>& qkv() noexcept { return qkv_; }
+  Linear<D, D, Prec>& proj() noexcept { return proj_; }
+  /// (qkv.weight, qkv.bias, proj.weight, proj.bias) as a boost::hana::tuple of handles.
+  auto parameters() const {
+    const auto named = [](const char* prefix) {
+      return [prefix](auto p) {
+        p.name = std::string(prefix) + p.name;
+        return p;
+      };
+    };
+    return boost::hana::flatten(
+        boost::hana::make_tuple(boost::hana::transform(qkv_.parameters(), named("qkv.")),
+                                boost::hana::transform(proj_.parameters(), named("proj."))));
+  }
+  auto fp8_states() {
+    return boost::hana::flatten(boost::hana::make_tuple(qkv_.fp8_states(), proj_.fp8_states()));
+  }
+
+  /// Query (and key) rows per work item of the tiled core (default 64).
+  index_t tile() const noexcept { return core_.tile(); }
+  /// Sets the tile (1 to 256 rows); value_error otherwise.
+  void set_tile(index_t rows) { core_.set_tile(rows, "tessera::nn::CausalSelfAttention"); }
+  /// Bytes of the core's memory allocated by the last forward and backward: the fp32 copies of
+  /// q, k, k^T, v, v^T, the per-row statistics, dO and D (not the projections' buffers nor the
+  /// activations o and dqkv, which any implementation has), plus the work items' scratch
+  /// (tile x (tile + d) floats forward, 2 tile (tile + d) backward) times the concurrency.
+  std::size_t scratch_bytes() const noexcept { return core_.scratch_bytes(); }
+
+  /// y = attention(x); x (B, t, D) in any precision, y in activation_precision.
+  template <class Exec, class XP, class XE>
+  Tensor<activation_precision, output_extents<XE>, layout_right, M>
+  forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x) {
+    static_assert(accepts<XE>, "tessera::nn::CausalSelfAttention::forward: x must be (B, t, D).");
+    check_input("forward", x);
+    const index_t B = x.extent(0), t = x.extent(1);
+    const auto qkv = qkv_.forward(exec, x);
+    auto o = o_.get(extents<dyn, XE::static_extent(1), D>::from_all({B, t, D}));
+    core_.forward(exec, qkv.data(), B, t, o.data());
+    const auto y = proj_.forward(exec, o);
+    shape_.save(y.extents());
+    return y;
+  }
+
+  /// From dy (B, t, D) of the last forward: writes the projections' gradients and returns dx
+  /// (B, t, D) in activation_precision (empty when !need_dx).
+  template <class Exec, class DP, class DE>
+  Tensor<activation_precision, output_extents<DE>, layout_right, M>
+  backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
+    static_assert(DE::rank == 3,
+                  "tessera::nn::CausalSelfAttention::backward: dy must be (B, t, D).");
+    detail::require_saved_like("tessera::nn::CausalSelfAttention::backward", dy, shape_);
+    const index_t B = shape_.dims[0], t = shape_.dims[1];
+    const auto dout = proj_.backward(exec, dy, true); // dL/do (B, t, D)
+    auto dqkv = dqkv_.get(extents<dyn, DE::static_extent(1), 3 * D>::from_all({B, t, 3 * D}));
+    core_.backward(exec, dout.data(), o_.get(extents<dyn, D>(B * t)).data(), B, t, dqkv.data());
+    return qkv_.backward(exec, dqkv, need_dx);
+  }
+
+  /// Appends x_new (B, n, D) at positions length() .. length() + n - 1 of `c` and returns their
+  /// outputs (B, n, D), each row attending to every cached position and to the new ones up to
+  /// itself. Throws shape_error if B differs from the cache's batch or the cache would
+  /// overflow. Overwrites the state a backward needs (run forward again before backward).
+  template <class Exec, class XP, class XE>
+  Tensor<activation_precision, output_extents<XE>, layout_right, M>
+  decode(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x, cache& c) {
+    static_assert(accepts<XE>, "tessera::nn::CausalSelfAttention::decode: x must be (B, n, D).");
+    check_input("decode", x);
+    const index_t B = x.extent(0), n = x.extent(1), len = c.length_, cap = c.capacity_;
+    if (B != c.batch_ || len + n > cap)
+      throw shape_error("tessera::nn::CausalSelfAttention::decode: x has shape " +
+                        shape_string(x.extents()) + " but the cache holds " +
+                        std::to_string(c.batch_) + " sequences of " + std::to_string(len) +
+                        " positions with room for " + std::to_string(cap) +
+                        "; the batch must match and length + n must not exceed the capacity");
+    shape_ = {}; // the forward state is gone
+    const auto qkv = qkv_.forward(exec, x);
+    const auto* in = qkv.data();
+    float* kc = c.k_.data();
+    float* vc = c.v_.data();
+    constexpr index_t d = head_dim;
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::decode[append]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * H * n), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / n, r = w % n, b = bh / H, h = bh % H;
+          const auto* row = in + (b * n + r) * 3 * D + h * d;
+          float* kr = kc + (bh * cap + len + r) * d;
+          float* vr = vc + (bh * cap + len + r) * d;
+          for (index_t e = 0; e < d; ++e) {
+            kr[e] = to_float(row[D + e]);
+            vr[e] = to_float(row[2 * D + e]);
+          }
+        });
+    exec.fence();
+    auto o = dec_o_.get(extents<dyn, XE::static_extent(1), D>::from_all({B, n, D}));
+    auto* out = o.data();
+    const float scale = 1.f / std::sqrt(float(d));
+    Kokkos::parallel_for(
+        "tessera::nn::CausalSelfAttention::decode[core]",
+        Kokkos::RangePolicy<Exec>(exec, 0, B * H * n), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / n, r = w % n, b = bh / H, h = bh % H;
+          const auto* row = in + (b * n + r) * 3 * D + h * d;
+          float qv[d], acc[d];
+          for (index_t e = 0; e < d; ++e) {
+            qv[e] = scale * to_float(row[e]);
+            acc[e] = 0.f;
+          }
+          float m = -3.0e38f, l = 0.f;
+          const index_t keys = len + r + 1;
+          for (index_t j = 0; j < keys; ++j) {
+            const float* kr = kc + (bh * cap + j) * d;
+            float s = 0.f;
+            for (index_t e = 0; e < d; ++e) s += qv[e] * kr[e];
+            const float mnew = s > m ? s : m;
+            const float corr = detail::kmath::exp(m - mnew), p = detail::kmath::exp(s - mnew);
+            l = l * corr + p;
+            m = mnew;
+            const float* vr = vc + (bh * cap + j) * d;
+            for (index_t e = 0; e < d; ++e) acc[e] = acc[e] * corr + p * vr[e];
+          }
+          const float inv = 1.f / l;
+          for (index_t e = 0; e < d; ++e)
+            out[(b * n + r) * D + h * d + e] = from_float<activation_precision>(acc[e] * inv);
+        });
+    exec.fence();
+    c.length_ = len + n;
+    return proj_.forward(exec, o);
+  }
+
+  /// nn/layer.hpp: what the last forward left for backward: both projections' (nn::Linear's),
+  /// the attention output o, q, k, k^T, v, v^T and the per-row log-sum-exp.
+  void count_activations(activation_ledger& l) const {
+    qkv_.count_activations(l);
+    proj_.count_activations(l);
+    o_.count(l);
+    core_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    qkv_.release_activations();
+    proj_.release_activations();
+    o_.release();
+    core_.release();
+    shape_ = {};
+  }
+
+private:
+  template <class T>
+  void check_input(const char* what, const T& x) const {
+    if (x.extent(2) != D)
+      throw shape_error(std::string("tessera::nn::CausalSelfAttention<") + std::to_string(D) +
+                        ", " + std::to_string(H) + ">::" + what + ": x has shape " +
+                        shape_string(x.extents()) + "; it must be (B, t, " + std::to_string(D) +
+                        ")");
   }
 
   Linear<D, 3 * D, Prec> qkv_;
   Linear<D, D, Prec> proj_;
   detail::buffer<activation_precision> o_;
   detail::buffer<fp32> dqkv_;
-  detail::raw_buffer<float> q_, k_, kt_, v_, vt_, lse_, do_, di_;
+  detail::tiled_attention_core<D, H, activation_precision> core_;
   detail::buffer<activation_precision> dec_o_;
-  index_t tile_ = 64;
   detail::saved_shape shape_; // the last forward's output (B, t, D)
-  std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
 };
 
 } // namespace tessera::nn

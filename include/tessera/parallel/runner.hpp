@@ -222,8 +222,9 @@ public:
     return global_mean(sum / float(K));
   }
 
-  /// Forward only (one micro-batch): the loss sum and correct predictions over the global batch,
-  /// on every rank.
+  /// Forward only (one micro-batch): the loss sum (the loss times this rank's samples, summed)
+  /// and correct predictions (classification outputs (B, classes) only; 0 for a language
+  /// model's (B, t, V)) over the global batch, on every rank.
   template <class Exec, class X, class Labels, class Loss>
   evaluation evaluate(const Exec& exec, const X& x, const Labels& labels,
                       Loss& loss) requires(virtual_stages == 1) {
@@ -232,13 +233,17 @@ public:
     float stats[2] = {0, 0}; // loss sum, correct
     auto finish = [&](const auto& out) {
       if constexpr (last) {
+        // The loss is the mean over the sample's positions for a language model's logits
+        // (B, t, V) and targets (B, t); predictions are counted for classification only.
         stats[0] = loss.forward(exec, out, labels) * float(batch);
-        const index_t classes = out.extent(1);
-        for (index_t i = 0; i < batch; ++i) {
-          index_t best = 0;
-          for (index_t j = 1; j < classes; ++j)
-            if (to_float(out(i, j)) > to_float(out(i, best))) best = j;
-          stats[1] += best == index_t(labels(i)) ? 1.f : 0.f;
+        if constexpr (std::remove_cvref_t<decltype(out)>::extents_type::rank == 2) {
+          const index_t classes = out.extent(1);
+          for (index_t i = 0; i < batch; ++i) {
+            index_t best = 0;
+            for (index_t j = 1; j < classes; ++j)
+              if (to_float(out(i, j)) > to_float(out(i, best))) best = j;
+            stats[1] += best == index_t(labels(i)) ? 1.f : 0.f;
+          }
         }
       } else {
         const auto copy = detail::copy_rows(exec, out, 0, batch);

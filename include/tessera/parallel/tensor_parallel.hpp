@@ -423,12 +423,11 @@ public:
 /// all-reduced before the whole bias. Backward all-reduces the QKV projection's partial input
 /// gradients. Parameter names are the whole layer's ("qkv.weight", ..., "proj.bias").
 ///
-/// The core is computed here in fp32 on this rank's heads (q, k, v widened, q k^T / sqrt d,
-/// causal softmax, p v; o rounded once to the activation precision), row by row with the
-/// probabilities of the last forward kept ((B, H/T, t, t) floats): the same arithmetic as the
-/// whole layer up to the order of the fp32 sums (the whole layer's core is tiled with an online
-/// softmax). Backward: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO o)), dQ = dS K / sqrt d,
-/// dK = dS^T Q / sqrt d, each output element summed by one work item in a fixed order.
+/// The core on this rank's heads is the whole layer's (nn::detail::tiled_attention_core, on
+/// H/T heads of width D/H): tiled with an online softmax, only the log-sum-exp per row kept
+/// between forward and backward, backward recomputing the probability tiles; its memory is
+/// linear in t (count_activations). With the same tile it computes each head with the same
+/// sums as the whole layer.
 template <index_t D, index_t H, int T, class P = fp32>
 class HeadParallelAttention {
   static_assert(T >= 1 && H % T == 0,
@@ -487,6 +486,31 @@ public:
                                 boost::hana::transform(proj_.parameters(), named("proj."))));
   }
 
+  /// Query (and key) rows per work item of the tiled core (default 64, as the whole layer's;
+  /// the same tile gives the same sums per head).
+  index_t tile() const noexcept { return core_.tile(); }
+  /// Sets the tile (1 to 256 rows); value_error otherwise.
+  void set_tile(index_t rows) { core_.set_tile(rows, "tessera::parallel::HeadParallelAttention"); }
+  /// The core's memory of the last forward and backward (nn::CausalSelfAttention::scratch_bytes).
+  std::size_t scratch_bytes() const noexcept { return core_.scratch_bytes(); }
+
+  /// nn/layer.hpp: what the last forward left for backward: both projections' (nn::Linear's),
+  /// this rank's heads' output o (B, t, D/T), and the core's q, k, k^T, v, v^T (fp32, B t D/T
+  /// each) and log-sum-exp per row (B H/T t): linear in t.
+  void count_activations(nn::activation_ledger& l) const {
+    qkv_.count_activations(l);
+    proj_.count_activations(l);
+    o_.count(l);
+    core_.count(l);
+  }
+  /// nn/layer.hpp: frees them; backward then needs a forward first.
+  void release_activations() noexcept {
+    qkv_.release_activations();
+    proj_.release_activations();
+    o_.release();
+    core_.release();
+  }
+
   /// y (B, t, D) of x (B, t, D), whole on every rank of the group.
   template <class Exec, class XP, class XE>
   auto forward(const Exec& exec, const Tensor<XP, XE, layout_right, M>& x) {
@@ -494,45 +518,11 @@ public:
                                "(B, t, D).");
     if constexpr (T > 1) detail::check_bound("HeadParallelAttention", bound_);
     const index_t B = x.extent(0), t = x.extent(1);
-    qkv_out_ = reshape<extents<dyn, dyn, 3 * local_width>>(qkv_.forward(exec, x), B, t);
+    const auto qkv = qkv_.forward(exec, x);
     batch_ = B;
     len_ = t;
     auto o = o_.get(extents<dyn, XE::static_extent(1), local_width>::from_all({B, t, local_width}));
-    if (index_t(probs_.extent(0)) < B * local_heads * t * t)
-      probs_ = Kokkos::View<float*, M>("tessera::parallel::HeadParallelAttention.p",
-                                       std::size_t(B * local_heads * t * t));
-    const auto* qkv = qkv_out_.data();
-    float* p = probs_.data();
-    auto* out = o.data();
-    constexpr index_t Dl = local_width, d = head_dim;
-    const float scale = 1.f / std::sqrt(float(d));
-    Kokkos::parallel_for(
-        "tessera::parallel::HeadParallelAttention::forward",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * local_heads * t), KOKKOS_LAMBDA(const index_t r) {
-          const index_t i = r % t, bh = r / t, b = bh / local_heads, h = bh % local_heads;
-          const auto* qi = qkv + (b * t + i) * 3 * Dl + h * d;
-          float* pr = p + r * t;
-          float mx = -3.0e38f;
-          for (index_t j = 0; j <= i; ++j) {
-            const auto* kj = qkv + (b * t + j) * 3 * Dl + Dl + h * d;
-            float s = 0.f;
-            for (index_t c = 0; c < d; ++c) s += to_float(qi[c]) * to_float(kj[c]);
-            pr[j] = s * scale;
-            mx = pr[j] > mx ? pr[j] : mx;
-          }
-          float sum = 0.f;
-          for (index_t j = 0; j <= i; ++j) sum += (pr[j] = nn::detail::kmath::exp(pr[j] - mx));
-          const float inv = 1.f / sum;
-          for (index_t j = 0; j <= i; ++j) pr[j] *= inv;
-          for (index_t c = 0; c < d; ++c) {
-            float acc = 0.f;
-            for (index_t j = 0; j <= i; ++j)
-              acc += pr[j] * to_float(qkv[(b * t + j) * 3 * Dl + 2 * Dl + h * d + c]);
-            out[(b * t + i) * Dl + h * d + c] = from_float<activation_precision>(acc);
-          }
-        });
-    exec.fence();
-    o_out_ = reshape<extents<dyn, dyn, local_width>>(o, B, t);
+    core_.forward(exec, qkv.data(), B, t, o.data());
     return proj_.forward(exec, o, detail::group_sum{&group_});
   }
 
@@ -543,61 +533,10 @@ public:
   auto backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
     const auto dout = proj_.backward(exec, dy, true); // dL/do (B, t, D/T)
     const index_t B = batch_, t = len_;
-    constexpr index_t Dl = local_width, d = head_dim;
-    const float scale = 1.f / std::sqrt(float(d));
-    if (index_t(ds_.extent(0)) < B * local_heads * t * t)
-      ds_ = Kokkos::View<float*, M>("tessera::parallel::HeadParallelAttention.ds",
-                                    std::size_t(B * local_heads * t * t));
-    auto dqkv = dqkv_.get(extents<dyn, DE::static_extent(1), 3 * Dl>::from_all({B, t, 3 * Dl}));
-    const auto* qkv = qkv_out_.data();
-    const auto* o = o_out_.data();
-    const auto* g = dout.data();
-    const float* p = probs_.data();
-    float* ds = ds_.data();
-    auto* dst = dqkv.data();
-    // dS (and dQ) per query row.
-    Kokkos::parallel_for(
-        "tessera::parallel::HeadParallelAttention::backward[dS dQ]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * local_heads * t), KOKKOS_LAMBDA(const index_t r) {
-          const index_t i = r % t, bh = r / t, b = bh / local_heads, h = bh % local_heads;
-          const auto* gi = g + (b * t + i) * Dl + h * d;
-          const auto* oi = o + (b * t + i) * Dl + h * d;
-          float di = 0.f;
-          for (index_t c = 0; c < d; ++c) di += to_float(gi[c]) * to_float(oi[c]);
-          const float* pr = p + r * t;
-          float* dsr = ds + r * t;
-          for (index_t j = 0; j <= i; ++j) {
-            const auto* vj = qkv + (b * t + j) * 3 * Dl + 2 * Dl + h * d;
-            float dp = 0.f;
-            for (index_t c = 0; c < d; ++c) dp += to_float(gi[c]) * to_float(vj[c]);
-            dsr[j] = pr[j] * (dp - di);
-          }
-          for (index_t c = 0; c < d; ++c) {
-            float acc = 0.f;
-            for (index_t j = 0; j <= i; ++j)
-              acc += dsr[j] * to_float(qkv[(b * t + j) * 3 * Dl + Dl + h * d + c]);
-            dst[(b * t + i) * 3 * Dl + h * d + c] = from_float<activation_precision>(acc * scale);
-          }
-        });
-    exec.fence();
-    // dK, dV per key row.
-    Kokkos::parallel_for(
-        "tessera::parallel::HeadParallelAttention::backward[dK dV]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * local_heads * t), KOKKOS_LAMBDA(const index_t r) {
-          const index_t j = r % t, bh = r / t, b = bh / local_heads, h = bh % local_heads;
-          for (index_t c = 0; c < d; ++c) {
-            float dk = 0.f, dv = 0.f;
-            for (index_t i = j; i < t; ++i) {
-              const index_t row = bh * t + i;
-              dk += ds[row * t + j] * to_float(qkv[(b * t + i) * 3 * Dl + h * d + c]);
-              dv += p[row * t + j] * to_float(g[(b * t + i) * Dl + h * d + c]);
-            }
-            dst[(b * t + j) * 3 * Dl + Dl + h * d + c] =
-                from_float<activation_precision>(dk * scale);
-            dst[(b * t + j) * 3 * Dl + 2 * Dl + h * d + c] = from_float<activation_precision>(dv);
-          }
-        });
-    exec.fence();
+    auto dqkv = dqkv_.get(
+        extents<dyn, DE::static_extent(1), 3 * local_width>::from_all({B, t, 3 * local_width}));
+    core_.backward(exec, dout.data(), o_.get(extents<dyn, local_width>(B * t)).data(), B, t,
+                   dqkv.data());
     return qkv_.backward(exec, dqkv, need_dx, detail::group_sum{&group_});
   }
 
@@ -608,11 +547,9 @@ private:
   tensor_group group_;
   bool bound_ = false;
   index_t batch_ = 0, len_ = 0;
-  Tensor<activation_precision, extents<dyn, dyn, 3 * local_width>, layout_right, M> qkv_out_;
-  Tensor<activation_precision, extents<dyn, dyn, local_width>, layout_right, M> o_out_;
-  nn::detail::buffer<activation_precision> o_{"tessera::parallel::HeadParallelAttention.o"};
-  nn::detail::buffer<activation_precision> dqkv_{"tessera::parallel::HeadParallelAttention.dqkv"};
-  Kokkos::View<float*, M> probs_, ds_;
+  nn::detail::buffer<activation_precision, M> o_{"tessera::parallel::HeadParallelAttention.o"};
+  nn::detail::buffer<fp32, M> dqkv_{"tessera::parallel::HeadParallelAttention.dqkv"};
+  nn::detail::tiled_attention_core<local_width, local_heads, activation_precision, M> core_;
 };
 
 namespace detail {
