@@ -236,15 +236,7 @@ public:
         // The loss is the mean over the sample's positions for a language model's logits
         // (B, t, V) and targets (B, t); predictions are counted for classification only.
         stats[0] = loss.forward(exec, out, labels) * float(batch);
-        if constexpr (std::remove_cvref_t<decltype(out)>::extents_type::rank == 2) {
-          const index_t classes = out.extent(1);
-          for (index_t i = 0; i < batch; ++i) {
-            index_t best = 0;
-            for (index_t j = 1; j < classes; ++j)
-              if (to_float(out(i, j)) > to_float(out(i, best))) best = j;
-            stats[1] += best == index_t(labels(i)) ? 1.f : 0.f;
-          }
-        }
+        stats[1] = count_correct(out, labels);
       } else {
         const auto copy = detail::copy_rows(exec, out, 0, batch);
         mesh_->pipeline.send(copy.data(), copy.size(), S + 1, 0);
@@ -280,6 +272,25 @@ public:
   }
 
 private:
+  /// evaluate's correct predictions: the rows of `out` (B, classes) whose largest logit is at
+  /// the label; 0 for other outputs (a language model's (B, t, V)). A function template, so
+  /// that labels(i) is only instantiated for classification (clang checks the non-dependent
+  /// expressions of a generic lambda's discarded branch).
+  template <class Out, class Labels>
+  static float count_correct(const Out& out, const Labels& labels) {
+    float correct = 0;
+    if constexpr (Out::extents_type::rank == 2) {
+      const index_t batch = out.extent(0), classes = out.extent(1);
+      for (index_t i = 0; i < batch; ++i) {
+        index_t best = 0;
+        for (index_t j = 1; j < classes; ++j)
+          if (to_float(out(i, j)) > to_float(out(i, best))) best = j;
+        correct += best == index_t(labels(i)) ? 1.f : 0.f;
+      }
+    }
+    return correct;
+  }
+
   /// f(chunk) for each run of consecutive layers this rank holds: the stage, or its V chunks.
   template <class F>
   void for_each_chunk(F&& f) {
