@@ -17,6 +17,7 @@
 #include "plan_check.hpp"
 
 #include <tessera/parallel/fp8_sync.hpp>
+#include <tessera/train/grad_accumulation.hpp>
 
 #include <boost/hana/for_each.hpp>
 
@@ -110,6 +111,32 @@ result reference_run(const run_options& o) {
   return {values_by_name(model.parameters()), states_of<0>(model)};
 }
 
+/// The single process accumulating `k_steps` batches per optimizer step
+/// (train::grad_accumulator): one history entry per batch.
+template <class Model>
+result accumulated_reference_run(const run_options& o, int k_steps) {
+  Kokkos::DefaultExecutionSpace exec;
+  Model model(o.seed);
+  tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+  tessera::train::grad_accumulator acc;
+  nn::SoftmaxCrossEntropy loss;
+  for (int step = 0; step < o.steps; ++step) {
+    for (int k = 0; k < k_steps; ++k) {
+      auto x = make_input<Model>(o.global_batch);
+      Kokkos::View<int*> labels("labels", o.global_batch);
+      fill_batch(k_steps * step + k, 0, x, labels);
+      auto y = model.forward(exec, x);
+      auto [l, dlogits] = loss.forward_backward(exec, y, labels);
+      (void)l;
+      model.backward(exec, dlogits);
+      acc.accumulate(exec, model.parameters());
+    }
+    acc.finish(exec, model.parameters());
+    opt.step(exec, model.parameters());
+  }
+  return {values_by_name(model.parameters()), states_of<0>(model)};
+}
+
 // Tolerances. With the states synchronised, every rank quantizes with the single process's
 // scales (the output gradients' times D, a power of two: the same payloads), so the plans
 // differ from it only in the order of fp32 sums (as in plan_check.hpp) and, through it, in
@@ -161,30 +188,13 @@ float state_difference(const states& got, const states& ref, float grad_factor, 
   return worst;
 }
 
-template <class Model, class Plan, class Kind, int M>
-bool check_fp8_plan(const char* what, const run_options& o, const result& ref) {
-  auto world = tp::mpi_communicator::world();
-  if (!Plan::fits(world.size())) return false;
-  const tp::mesh_shape shape = Plan::shape_on(world.size());
-  REQUIRE(o.global_batch % (shape.data * M) == 0);
-  Kokkos::DefaultExecutionSpace exec;
-  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
-  result got;
-  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
-    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
-    nn::SoftmaxCrossEntropy loss;
-    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
-    for (int step = 0; step < o.steps; ++step) {
-      auto x = make_input<Model>(share);
-      Kokkos::View<int*> labels("labels", share);
-      fill_batch(step, first, x, labels);
-      stage.forward_backward(exec, x, labels, loss);
-      opt.step(exec, stage.parameters());
-    }
-    got.weights = stage.gather_parameters();
-    got.fp8 = states_of<std::remove_cvref_t<decltype(stage.stage())>::begin>(stage.stage());
-  });
-  INFO(what << " " << Plan::name() << " as " << shape.name());
+/// Checks 1-4 of the file comment for a plan run `got` against the single process's `ref`.
+template <class Mesh>
+void compare_with_reference(const char* what, const std::string& plan_name, Mesh& mesh,
+                            const result& got, const result& ref) {
+  const tp::mesh_shape shape = mesh.shape;
+  auto& world = mesh.world;
+  INFO(what << " " << plan_name << " as " << shape.name());
   // 1. Consistency over the groups that share each tensor.
   const auto mine = flat(got.fp8);
   CHECK(same_on_all(mesh.data, mine));
@@ -213,9 +223,71 @@ bool check_fp8_plan(const char* what, const run_options& o, const result& ref) {
   float worst[2] = {diff, sdiff}, all[2];
   MPI_Allreduce(worst, all, 2, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
   if (world.rank() == 0)
-    WARN(what << " " << Plan::name() << " as " << shape.name() << ": max |w - w_ref| = " << all[0]
+    WARN(what << " " << plan_name << " as " << shape.name() << ": max |w - w_ref| = " << all[0]
               << ", max relative fp8 state difference = " << all[1]);
   CHECK(diff <= fp8_tolerance);
+}
+
+template <class Model, class Plan, class Kind, int M>
+bool check_fp8_plan(const char* what, const run_options& o, const result& ref) {
+  auto world = tp::mpi_communicator::world();
+  if (!Plan::fits(world.size())) return false;
+  const tp::mesh_shape shape = Plan::shape_on(world.size());
+  REQUIRE(o.global_batch % (shape.data * M) == 0);
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  result got;
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    nn::SoftmaxCrossEntropy loss;
+    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+    for (int step = 0; step < o.steps; ++step) {
+      auto x = make_input<Model>(share);
+      Kokkos::View<int*> labels("labels", share);
+      fill_batch(step, first, x, labels);
+      stage.forward_backward(exec, x, labels, loss);
+      opt.step(exec, stage.parameters());
+    }
+    got.weights = stage.gather_parameters();
+    got.fp8 = states_of<std::remove_cvref_t<decltype(stage.stage())>::begin>(stage.stage());
+  });
+  compare_with_reference(what, Plan::name(), mesh, got, ref);
+  return true;
+}
+
+/// As check_fp8_plan, with `k_steps` accumulation steps per optimizer step
+/// (plan_stage::forward_backward_accumulated).
+template <class Model, class Plan, class Kind, int M>
+bool check_fp8_plan_accumulated(const char* what, const run_options& o, int k_steps,
+                                const result& ref) {
+  auto world = tp::mpi_communicator::world();
+  if (!Plan::fits(world.size())) return false;
+  const tp::mesh_shape shape = Plan::shape_on(world.size());
+  REQUIRE(o.global_batch % (shape.data * M) == 0);
+  Kokkos::DefaultExecutionSpace exec;
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  result got;
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::grad_accumulator acc;
+    nn::SoftmaxCrossEntropy loss;
+    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+    for (int step = 0; step < o.steps; ++step) {
+      stage.forward_backward_accumulated(
+          exec, k_steps,
+          [&](int k) {
+            auto x = make_input<Model>(share);
+            Kokkos::View<int*> labels("labels", share);
+            fill_batch(k_steps * step + k, first, x, labels);
+            return std::make_pair(x, labels);
+          },
+          loss, acc);
+      opt.step(exec, stage.parameters());
+    }
+    got.weights = stage.gather_parameters();
+    got.fp8 = states_of<std::remove_cvref_t<decltype(stage.stage())>::begin>(stage.stage());
+  });
+  compare_with_reference(what, Plan::name(), mesh, got, ref);
   return true;
 }
 
@@ -245,5 +317,23 @@ TEST_CASE("plans: FashionCNN fp8 delayed scaling", "[parallel]") {
   const run_options o{.global_batch = 8, .steps = 3};
   const int ran =
       check_fp8_plans<FashionCNN<fp8_delayed>, tp::gpipe, 1, 2, all_plans>("FashionCNN fp8", o);
+  CHECK(ran >= 1);
+}
+
+TEST_CASE("plans: fp8 with gradient accumulation records one amax per accumulation step",
+          "[parallel]") {
+  // Two accumulation steps per optimizer step: the histories get one entry per accumulation
+  // step, the max over its micro-batches and the ranks, as the single process's accumulator
+  // loop records them (before plan_stage::forward_backward_accumulated committed them, the
+  // deferred records were never committed and the histories stayed empty: keys_match fails).
+  const run_options o{.global_batch = 16, .steps = 3};
+  constexpr int k_steps = 2;
+  using Model = MLP<fp8_delayed>;
+  const auto ref = accumulated_reference_run<Model>(o, k_steps);
+  const int ran = [&]<class... P>(std::tuple<P...>*) {
+    return (int(check_fp8_plan_accumulated<Model, P, tp::one_f_one_b, micro_batches_for<P, 2, 4>>(
+                "MLP fp8 accumulated", o, k_steps, ref)) +
+            ... + 0);
+  }(static_cast<all_plans*>(nullptr));
   CHECK(ran >= 1);
 }

@@ -215,10 +215,11 @@ inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r,
 template <class Stage, class SaveRank, class SaveZero>
 void save_plan(const std::filesystem::path& dir, Stage& stage, int zero, SaveRank&& save_rank,
                SaveZero&& save_zero) {
-  static_assert(Stage::virtual_stages == 1,
-                "tessera::parallel::save_plan_checkpoint: plan checkpoints are written per pipeline "
-                "stage; a plan_stage on the interleaved schedule (interleaved_1f1b<V>, V model "
-                "chunks per rank) is not supported yet.");
+  static_assert(
+      Stage::virtual_stages == 1,
+      "tessera::parallel::save_plan_checkpoint: plan checkpoints are written per pipeline "
+      "stage; a plan_stage on the interleaved schedule (interleaved_1f1b<V>, V model "
+      "chunks per rank) is not supported yet.");
   const std::string who = "tessera::parallel::save_plan_checkpoint";
   auto& m = stage.mesh();
   const int r = m.world.rank();
@@ -258,10 +259,11 @@ void save_plan(const std::filesystem::path& dir, Stage& stage, int zero, SaveRan
 /// load_plan_checkpoint's body: the manifest must name this plan and ZeRO stage.
 template <class Stage, class LoadRank>
 void load_plan(const std::filesystem::path& dir, Stage& stage, int zero, LoadRank&& load_rank) {
-  static_assert(Stage::virtual_stages == 1,
-                "tessera::parallel::load_plan_checkpoint: plan checkpoints are written per pipeline "
-                "stage; a plan_stage on the interleaved schedule (interleaved_1f1b<V>, V model "
-                "chunks per rank) is not supported yet.");
+  static_assert(
+      Stage::virtual_stages == 1,
+      "tessera::parallel::load_plan_checkpoint: plan checkpoints are written per pipeline "
+      "stage; a plan_stage on the interleaved schedule (interleaved_1f1b<V>, V model "
+      "chunks per rank) is not supported yet.");
   const std::string who = "tessera::parallel::load_plan_checkpoint";
   auto& m = stage.mesh();
   on_every_rank(m.world, who, [&] {

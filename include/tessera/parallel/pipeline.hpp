@@ -386,6 +386,102 @@ struct pipeline_stats {
   }
 };
 
+namespace detail {
+
+/// A pipeline runner's clock: timed(f) runs f and adds its wall time to the busy time;
+/// stats() is the call's pipeline_stats.
+class stage_timer {
+  using clock = std::chrono::steady_clock;
+
+public:
+  template <class F>
+  decltype(auto) timed(F&& f) {
+    struct add_on_exit {
+      double& busy;
+      clock::time_point t0;
+      ~add_on_exit() { busy += std::chrono::duration<double>(clock::now() - t0).count(); }
+    } guard{busy_, clock::now()};
+    return f();
+  }
+  int recomputed = 0; ///< forwards re-run before a backward
+  pipeline_stats stats() const {
+    return {std::chrono::duration<double>(clock::now() - start_).count(), busy_, recomputed};
+  }
+
+private:
+  clock::time_point start_ = clock::now();
+  double busy_ = 0;
+};
+
+/// A received activation or gradient: `rows` samples of T's shape (its first extent dynamic,
+/// the others static), uninitialised.
+template <class T>
+T rows_buffer(const char* label, index_t rows) {
+  std::array<index_t, T::extents_type::rank> all{};
+  all[0] = rows;
+  for (std::size_t d = 1; d < T::extents_type::rank; ++d)
+    all[d] = T::extents_type::static_extent(d);
+  return T::uninitialized(label, T::extents_type::from_all(all));
+}
+
+/// A stage's parameter gradients summed over its micro-batches. After each layer's backward
+/// (a pipeline_stage::backward hook), add_layer adds the gradients the layer just wrote into
+/// its sums; on the stage's (or chunk's) last backward of the step (`final_pass`, with
+/// data-parallel `buckets`) it writes the sum into the gradient instead (grad = sum + grad,
+/// the same additions) and marks it ready, so the all-reduce overlaps the rest of the
+/// backward. finish() then copies the sums into the gradients not written that way.
+template <class Exec>
+class micro_batch_sums {
+public:
+  template <class Params>
+  explicit micro_batch_sums(const Params& params) {
+    boost::hana::for_each(params, [&](const auto& p) {
+      index_.emplace(p.grad.data(), sums_.size());
+      sums_.emplace_back(p.name + ".accumulated", std::size_t(p.size()));
+    });
+    final_.assign(sums_.size(), false);
+  }
+
+  template <class Layer, class Buckets>
+  void add_layer(const Exec& exec, Layer& layer, bool final_pass, Buckets* buckets) {
+    exec.fence(); // the layer's backward has written its gradients
+    boost::hana::for_each(layer.parameters(), [&](const auto& p) {
+      const std::size_t k = index_.at(p.grad.data());
+      auto a = sums_[k];
+      float* g = p.grad.data();
+      const auto n = index_t(a.extent(0));
+      if (final_pass && buckets) {
+        Kokkos::parallel_for(
+            "tessera::parallel::pipeline.accumulate_final", Kokkos::RangePolicy<Exec>(exec, 0, n),
+            KOKKOS_LAMBDA(const index_t j) { g[j] = a(j) + g[j]; });
+        final_[k] = true;
+        buckets->mark_ready(exec, p); // fences before reading the gradient
+      } else {
+        Kokkos::parallel_for(
+            "tessera::parallel::pipeline.accumulate", Kokkos::RangePolicy<Exec>(exec, 0, n),
+            KOKKOS_LAMBDA(const index_t j) { a(j) += g[j]; });
+      }
+    });
+  }
+
+  template <class Params>
+  void finish(const Exec& exec, const Params& params) {
+    std::size_t k = 0;
+    boost::hana::for_each(params, [&](const auto& p) {
+      if (!final_[k]) Kokkos::deep_copy(exec, p.grad.kokkos_view(), sums_[k]);
+      ++k;
+    });
+    exec.fence();
+  }
+
+private:
+  std::vector<Kokkos::View<float*, typename Exec::memory_space>> sums_;
+  std::map<const float*, std::size_t> index_; // a parameter's gradient buffer -> its sum
+  std::vector<bool> final_;                   // the gradient holds its sum already
+};
+
+} // namespace detail
+
 /// One training step of one pipeline stage on the schedule Kind (gpipe or one_f_one_b) with
 /// M micro-batches: forwards and backwards in the table's order for stage s of P, activations
 /// received from stage s - 1 and sent to s + 1 over `pipe` (the pipeline group; ranks are
@@ -409,19 +505,8 @@ template <class Kind, int M, int s, int P, class In, class Exec, class Stage, Co
 float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, const Labels& labels,
                          Loss& loss, float grad_scale = 1.f, pipeline_stats* stats = nullptr,
                          Buckets* buckets = nullptr) {
-  using clock = std::chrono::steady_clock;
-  const auto call_start = clock::now();
-  double busy = 0;
-  int recomputed = 0;
-  auto timed = [&](auto&& f) -> decltype(auto) {
-    const auto t0 = clock::now();
-    struct add_on_exit {
-      double& busy;
-      clock::time_point t0;
-      ~add_on_exit() { busy += std::chrono::duration<double>(clock::now() - t0).count(); }
-    } guard{busy, t0};
-    return f();
-  };
+  detail::stage_timer timer;
+  auto timed = [&](auto&& f) -> decltype(auto) { return timer.timed(f); };
   static_assert(0 <= s && s < P && M >= 1,
                 "tessera::parallel::run_pipeline_stage: need 0 <= s < P stages and M >= 1");
   static_assert(is_host_accessible_v<typename In::memory_space>,
@@ -451,14 +536,7 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
   int latest_forward = -1;
   double loss_sum = 0;
 
-  // Accumulators: the parameter gradients summed over micro-batches.
-  std::vector<Kokkos::View<float*, typename Exec::memory_space>> acc;
-  std::map<const float*, std::size_t> acc_of; // a parameter's gradient buffer -> its acc
-  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-    acc_of.emplace(p.grad.data(), acc.size());
-    acc.emplace_back(p.name + ".accumulated", std::size_t(p.size()));
-  });
-  std::vector<bool> final_written(acc.size(), false); // p.grad holds the sum already
+  detail::micro_batch_sums<Exec> sums(stage.parameters());
   int last_backward = 0; // the row's last backward step, after which gradients are final
   for (int k = 0; k < 2 * M; ++k)
     if (row[std::size_t(k)].kind == pass::backward) last_backward = k;
@@ -478,11 +556,7 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
                       "tessera::parallel::run_pipeline_stage: stage 0 receives the batch x");
         inputs.emplace(i, detail::copy_rows(exec, x, i * mb, mb));
       } else {
-        std::array<index_t, In::extents_type::rank> all{};
-        all[0] = mb;
-        for (std::size_t d = 1; d < In::extents_type::rank; ++d)
-          all[d] = In::extents_type::static_extent(d);
-        In buf("tessera::parallel::pipeline.recv", In::extents_type::from_all(all));
+        auto buf = detail::rows_buffer<In>("tessera::parallel::pipeline.recv", mb);
         pipe.recv(buf.data(), buf.size(), s - 1, tag_act);
         inputs.emplace(i, std::move(buf));
       }
@@ -500,49 +574,17 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
       }
     } else {
       if constexpr (!last) {
-        std::array<index_t, Out::extents_type::rank> all{};
-        all[0] = mb;
-        for (std::size_t d = 1; d < Out::extents_type::rank; ++d)
-          all[d] = Out::extents_type::static_extent(d);
-        Out buf("tessera::parallel::pipeline.grad", Out::extents_type::from_all(all));
+        auto buf = detail::rows_buffer<Out>("tessera::parallel::pipeline.grad", mb);
         pipe.recv(buf.data(), buf.size(), s + 1, tag_grad);
         dys.emplace(i, std::move(buf));
       }
       if (latest_forward != i) { // recompute: layers hold one forward's state
         run_forward(i);
-        ++recomputed;
+        ++timer.recomputed;
       }
       auto dx = timed([&] {
-        if (buckets && at == last_backward) {
-          // The last micro-batch: each layer's gradient is final when its backward ends;
-          // write the sum into the gradient (g + acc, as acc += g then a copy) and mark it.
-          auto d = stage.backward(exec, dys.at(i), !first, [&](auto& layer) {
-            exec.fence();
-            boost::hana::for_each(layer.parameters(), [&](const auto& p) {
-              const std::size_t k = acc_of.at(p.grad.data());
-              auto a = acc[k];
-              float* g = p.grad.data();
-              Kokkos::parallel_for(
-                  "tessera::parallel::pipeline.accumulate_final",
-                  Kokkos::RangePolicy<Exec>(exec, 0, index_t(a.extent(0))),
-                  KOKKOS_LAMBDA(const index_t j) { g[j] = a(j) + g[j]; });
-              final_written[k] = true;
-              buckets->mark_ready(exec, p);
-            });
-          });
-          exec.fence();
-          return d;
-        }
-        auto d = stage.backward(exec, dys.at(i), !first);
-        exec.fence();
-        std::size_t k = 0;
-        boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-          auto a = acc[k++];
-          const float* g = p.grad.data();
-          Kokkos::parallel_for(
-              "tessera::parallel::pipeline.accumulate",
-              Kokkos::RangePolicy<Exec>(exec, 0, index_t(a.extent(0))),
-              KOKKOS_LAMBDA(const index_t j) { a(j) += g[j]; });
+        auto d = stage.backward(exec, dys.at(i), !first, [&](auto& layer) {
+          sums.add_layer(exec, layer, at == last_backward, buckets);
         });
         exec.fence();
         return d;
@@ -558,14 +600,8 @@ float run_pipeline_stage(const Exec& exec, Stage& stage, C& pipe, const X& x, co
     }
   }
   for (request& r : pending) r.wait();
-  std::size_t k = 0;
-  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-    if (!final_written[k]) Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k]);
-    ++k;
-  });
-  exec.fence();
-  if (stats)
-    *stats = {std::chrono::duration<double>(clock::now() - call_start).count(), busy, recomputed};
+  sums.finish(exec, stage.parameters());
+  if (stats) *stats = timer.stats();
   return last ? float(loss_sum / M) : 0.f;
 }
 
@@ -649,19 +685,8 @@ float run_interleaved_stage(const Exec& exec, Stage& stage, C& pipe, const X& x,
   using Model = typename Stage::model_type;
   using Bounds = typename Stage::bounds_type;
   constexpr int G = P * V; // model chunks
-  using clock = std::chrono::steady_clock;
-  const auto call_start = clock::now();
-  double busy = 0;
-  int recomputed = 0;
-  auto timed = [&](auto&& f) -> decltype(auto) {
-    const auto t0 = clock::now();
-    struct add_on_exit {
-      double& busy;
-      clock::time_point t0;
-      ~add_on_exit() { busy += std::chrono::duration<double>(clock::now() - t0).count(); }
-    } guard{busy, t0};
-    return f();
-  };
+  detail::stage_timer timer;
+  auto timed = [&](auto&& f) -> decltype(auto) { return timer.timed(f); };
   const index_t batch = index_t(labels.extent(0));
   if (batch % M != 0)
     throw value_error("tessera::parallel::run_interleaved_stage: the batch of " +
@@ -692,13 +717,7 @@ float run_interleaved_stage(const Exec& exec, Stage& stage, C& pipe, const X& x,
 
   std::vector<request> pending;
   double loss_sum = 0;
-  std::vector<Kokkos::View<float*, typename Exec::memory_space>> acc;
-  std::map<const float*, std::size_t> acc_of;
-  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-    acc_of.emplace(p.grad.data(), acc.size());
-    acc.emplace_back(p.name + ".accumulated", std::size_t(p.size()));
-  });
-  std::vector<bool> final_written(acc.size(), false);
+  detail::micro_batch_sums<Exec> sums(stage.parameters());
   auto tag = [](int link, int i, int grad) { return 2 * (link * M + i) + grad; };
 
   for (int at = 0; at < per_stage; ++at) {
@@ -720,11 +739,7 @@ float run_interleaved_stage(const Exec& exec, Stage& stage, C& pipe, const X& x,
         if constexpr (first) {
           state.inputs.emplace(i, detail::copy_rows(exec, x, i * mb, mb));
         } else {
-          std::array<index_t, In::extents_type::rank> all{};
-          all[0] = mb;
-          for (std::size_t d = 1; d < In::extents_type::rank; ++d)
-            all[d] = In::extents_type::static_extent(d);
-          In buf("tessera::parallel::pipeline.recv", In::extents_type::from_all(all));
+          auto buf = detail::rows_buffer<In>("tessera::parallel::pipeline.recv", mb);
           pipe.recv(buf.data(), buf.size(), from, tag(g - 1, i, 0));
           state.inputs.emplace(i, std::move(buf));
         }
@@ -742,40 +757,18 @@ float run_interleaved_stage(const Exec& exec, Stage& stage, C& pipe, const X& x,
         }
       } else {
         if constexpr (!last) {
-          std::array<index_t, Out::extents_type::rank> all{};
-          all[0] = mb;
-          for (std::size_t d = 1; d < Out::extents_type::rank; ++d)
-            all[d] = Out::extents_type::static_extent(d);
-          Out buf("tessera::parallel::pipeline.grad", Out::extents_type::from_all(all));
+          auto buf = detail::rows_buffer<Out>("tessera::parallel::pipeline.grad", mb);
           pipe.recv(buf.data(), buf.size(), to, tag(g, i, 1));
           state.dys.emplace(i, std::move(buf));
         }
         if (state.latest_forward != i) { // recompute: layers hold one forward's state
           run_forward(i);
-          ++recomputed;
+          ++timer.recomputed;
         }
-        const bool final_pass = buckets && at == last_backward[std::size_t(c)];
+        const bool final_pass = at == last_backward[std::size_t(c)];
         auto dx = timed([&] {
           auto d = chunk.backward(exec, state.dys.at(i), !first, [&](auto& layer) {
-            exec.fence();
-            boost::hana::for_each(layer.parameters(), [&](const auto& p) {
-              const std::size_t k = acc_of.at(p.grad.data());
-              auto a = acc[k];
-              float* gr = p.grad.data();
-              const index_t n = index_t(a.extent(0));
-              if (final_pass) { // the sum is final: into the gradient, and mark it
-                Kokkos::parallel_for(
-                    "tessera::parallel::pipeline.accumulate_final",
-                    Kokkos::RangePolicy<Exec>(exec, 0, n),
-                    KOKKOS_LAMBDA(const index_t j) { gr[j] = a(j) + gr[j]; });
-                final_written[k] = true;
-                buckets->mark_ready(exec, p);
-              } else {
-                Kokkos::parallel_for(
-                    "tessera::parallel::pipeline.accumulate", Kokkos::RangePolicy<Exec>(exec, 0, n),
-                    KOKKOS_LAMBDA(const index_t j) { a(j) += gr[j]; });
-              }
-            });
+            sums.add_layer(exec, layer, final_pass, buckets);
           });
           exec.fence();
           return d;
@@ -793,14 +786,8 @@ float run_interleaved_stage(const Exec& exec, Stage& stage, C& pipe, const X& x,
     });
   }
   for (request& r : pending) r.wait();
-  std::size_t k = 0;
-  boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-    if (!final_written[k]) Kokkos::deep_copy(exec, p.grad.kokkos_view(), acc[k]);
-    ++k;
-  });
-  exec.fence();
-  if (stats)
-    *stats = {std::chrono::duration<double>(clock::now() - call_start).count(), busy, recomputed};
+  sums.finish(exec, stage.parameters());
+  if (stats) *stats = timer.stats();
   return s == P - 1 ? float(loss_sum / M) : 0.f;
 }
 

@@ -166,7 +166,7 @@ public:
       if constexpr (zero_stage < 2) {
         backward_overlapped(exec, stage_, result.dlogits, *buckets_);
       } else {
-        no_buckets none;
+        detail::no_marks none; // stage 2: no buckets to mark
         backward_overlapped(exec, stage_, result.dlogits, none);
       }
     } else {
@@ -190,7 +190,8 @@ public:
   /// stages 0 and 1; at stage 2 sharded_optimizer::step reduce-scatters them). Afterwards every
   /// parameter's grad is its part of the gradient of the mean loss over the K global batches
   /// (times grad_scale), as forward_backward on their union would leave it up to the order of
-  /// the fp32 sums. Returns that mean loss, on every rank.
+  /// the fp32 sums. fp8 layers record one amax per tensor per accumulation step (the maximum
+  /// over its micro-batches and ranks). Returns that mean loss, on every rank.
   template <class Exec, class BatchOf, class Loss, class Accumulator>
   float forward_backward_accumulated(const Exec& exec, int K, BatchOf&& batch, Loss& loss,
                                      Accumulator& acc, float grad_scale = 1.f) {
@@ -216,6 +217,9 @@ public:
             exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_);
       }
       acc.accumulate(exec, stage_.parameters());
+      // fp8: one amax per tensor per accumulation step, as the single process records on the
+      // same micro-batches (without it the deferred records would never be committed).
+      sync_fp8_states(stage_, mesh_->data, group_);
     }
     acc.finish(exec, stage_.parameters());                // grad = sum / K
     if constexpr (zero_stage < 2) buckets_->finish(exec); // the one reduction of this step
@@ -299,12 +303,6 @@ private:
     else
       stage_.for_each_chunk(f);
   }
-
-  /// Stage 2's stand-in for the buckets in backward_overlapped: marks nothing.
-  struct no_buckets {
-    template <class Exec, class Param>
-    void mark_ready(const Exec&, const Param&) {}
-  };
 
   float global_mean(float l) {
     if constexpr (stages > 1) mesh_->pipeline.broadcast(&l, 1, stages - 1);

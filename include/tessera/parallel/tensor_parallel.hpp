@@ -643,6 +643,29 @@ requires(R != split_role::replicate) struct split_layer<I, nn::Conv2d<InC, OutC,
                          RowParallelConv2d<InC, OutC, K, O, T, P>>;
 };
 
+/// The shard_spec of every parameter of Layers..., in parameters() order: a layer's `shards`
+/// where it declares them (a tensor-parallel layer), unsplit otherwise. The `shards` of a
+/// composite layer (TensorParallelResidual, TensorParallelRecompute).
+template <class... Layers>
+constexpr auto concat_shards() {
+  constexpr std::size_t total =
+      (decltype(boost::hana::length(std::declval<const Layers&>().parameters()))::value + ... +
+       std::size_t(0));
+  std::array<shard_spec, total> out{};
+  std::size_t k = 0;
+  const auto add = [&]<class L>(L*) {
+    constexpr std::size_t n =
+        decltype(boost::hana::length(std::declval<const L&>().parameters()))::value;
+    for (std::size_t i = 0; i < n; ++i) {
+      if constexpr (requires { L::shards; })
+        out[k++] = L::shards[i];
+      else
+        out[k++] = shard_spec{};
+    }
+  };
+  (add(static_cast<Layers*>(nullptr)), ...);
+  return out;
+}
 } // namespace detail
 
 /// nn::Residual<Layers...> with its inner layers split (tensor_split_t's rule for a Residual):
@@ -652,27 +675,9 @@ requires(R != split_role::replicate) struct split_layer<I, nn::Conv2d<InC, OutC,
 /// output whole on every rank. `shards` lists its parameters' splits in parameters() order.
 template <int T, class... Layers>
 class TensorParallelResidual : public nn::Residual<Layers...> {
-  template <class L>
-  static constexpr std::size_t count =
-      decltype(boost::hana::length(std::declval<const L&>().parameters()))::value;
-  static constexpr std::size_t total = (count<Layers> + ... + 0);
-
 public:
   static constexpr int tensor_size = T;
-  static constexpr std::array<shard_spec, total> shards = [] {
-    std::array<shard_spec, total> out{};
-    std::size_t k = 0;
-    const auto add = [&]<class L>(L*) {
-      for (std::size_t i = 0; i < count<L>; ++i) {
-        if constexpr (requires { L::shards; })
-          out[k++] = L::shards[i];
-        else
-          out[k++] = shard_spec{};
-      }
-    };
-    (add(static_cast<Layers*>(nullptr)), ...);
-    return out;
-  }();
+  static constexpr auto shards = detail::concat_shards<Layers...>();
 
   explicit TensorParallelResidual(std::uint64_t seed = 0) : nn::Residual<Layers...>(seed) {}
   /// Binds the inner tensor-parallel layers.
@@ -728,27 +733,10 @@ template <int T, class... Layers>
 class TensorParallelRecompute<T, nn::Sequential<Layers...>>
     : public nn::Recompute<nn::Sequential<Layers...>> {
   using base = nn::Recompute<nn::Sequential<Layers...>>;
-  template <class L>
-  static constexpr std::size_t count =
-      decltype(boost::hana::length(std::declval<const L&>().parameters()))::value;
-  static constexpr std::size_t total = (count<Layers> + ... + 0);
 
 public:
   static constexpr int tensor_size = T;
-  static constexpr std::array<shard_spec, total> shards = [] {
-    std::array<shard_spec, total> out{};
-    std::size_t k = 0;
-    const auto add = [&]<class L>(L*) {
-      for (std::size_t i = 0; i < count<L>; ++i) {
-        if constexpr (requires { L::shards; })
-          out[k++] = L::shards[i];
-        else
-          out[k++] = shard_spec{};
-      }
-    };
-    (add(static_cast<Layers*>(nullptr)), ...);
-    return out;
-  }();
+  static constexpr auto shards = detail::concat_shards<Layers...>();
 
   explicit TensorParallelRecompute(std::uint64_t seed = 0) : base(seed) {}
   explicit TensorParallelRecompute(nn::flat_seed s) : base(s) {}
