@@ -1,5 +1,5 @@
 #pragma once
-// CPUID tables (leaf, subleaf -> eax, ebx, ecx, edx) and XCR0 of the three CPUs tessera is tuned
+// CPUID tables (leaf, subleaf -> eax, ebx, ecx, edx) and XCR0 of the CPUs tessera is tuned
 // for, in the format tests/config/dump_cpuid.cpp prints (the leaves config/cpu_model.hpp reads).
 //
 // Provenance:
@@ -21,6 +21,11 @@
 //         rounded up in CPUID's field); leaf 7.0 edx with AMX-BF16 (22), AVX512_FP16 (23),
 //         AMX-TILE (24), AMX-INT8 (25); XCR0 0x602E7 (x87, SSE, AVX, opmask, ZMM, PKRU,
 //         XTILECFG, XTILEDATA).
+//   emr:  RECORDED on a session machine (Intel Xeon, family 6 model 0xCF stepping 2: Emerald
+//         Rapids, 5th generation Xeon Scalable; a 2-vCPU KVM guest) with dump_cpuid, 2026-11-28.
+//         The first Intel CPU with AMX that tessera's AMX kernel ran on. The guest reports
+//         48 KiB L1d, 2 MiB L2, and a 300 MiB L3 shared by 2 logical processors (its own
+//         topology; the host's L3 is not 300 MiB per 2 threads).
 // Reconstructed words other than those the model reads (vendor, signature, the feature bits
 // named in config/cpu_model.hpp, cache leaves) are plausible, not copied from a real dump.
 
@@ -83,6 +88,26 @@ inline cpu::cpuid_source sapphire_rapids() {
           {0x00000007, 1, {0x00000030, 0x00000000, 0x00000000, 0x00000000}},
           {0x80000000, 0, {0x80000008, 0x00000000, 0x00000000, 0x00000000}},
           {0x80000001, 0, {0x00000000, 0x00000000, 0x00000121, 0x2c100800}},
+          {0x80000006, 0, {0x00000000, 0x00000000, 0x08007040, 0x00000000}},
+      },
+      0x602e7);
+}
+
+inline cpu::cpuid_source emerald_rapids() {
+  return cpu::cpuid_source(
+      {
+          {0x00000000, 0, {0x00000020, 0x756e6547, 0x6c65746e, 0x49656e69}},
+          {0x00000001, 0, {0x000c06f2, 0x01020800, 0xfffa3203, 0x1f8bfbff}},
+          {0x00000004, 0, {0x04000121, 0x02c0003f, 0x0000003f, 0x00000000}},
+          {0x00000004, 1, {0x04000122, 0x01c0003f, 0x0000003f, 0x00000000}},
+          {0x00000004, 2, {0x04000143, 0x03c0003f, 0x000007ff, 0x00000000}},
+          {0x00000004, 3, {0x04004163, 0x04c0003f, 0x0003bfff, 0x00000004}},
+          {0x00000004, 4, {0x00000000, 0x00000000, 0x00000000, 0x00000000}},
+          {0x00000007, 0, {0x00000002, 0xf1bf27eb, 0x1b415fde, 0xbfd14410}},
+          {0x00000007, 1, {0x00001c30, 0x00000000, 0x00000000, 0x00000000}},
+          {0x80000000, 0, {0x80000008, 0x00000000, 0x00000000, 0x00000000}},
+          {0x80000001, 0, {0x00000000, 0x00000000, 0x00000121, 0x2c100800}},
+          {0x80000005, 0, {0x00000000, 0x00000000, 0x00000000, 0x00000000}},
           {0x80000006, 0, {0x00000000, 0x00000000, 0x08007040, 0x00000000}},
       },
       0x602e7);

@@ -98,6 +98,27 @@ TEST_CASE("cpu model: Sapphire Rapids (reconstructed)", "[config]") {
   CHECK_FALSE(cpu::read_cpu_model(rec::sapphire_rapids(), false).amx_bf16);
 }
 
+TEST_CASE("cpu model: Emerald Rapids (recorded)", "[config]") {
+  const cpu::cpu_model m = cpu::read_cpu_model(rec::emerald_rapids());
+  CHECK(m.vendor == cpu::cpu_vendor::intel);
+  CHECK(m.family == 6);
+  CHECK(m.model == 0xCF);
+  CHECK(m.stepping == 2);
+  CHECK((m.fma && m.avx2 && m.avx512f && m.avx512bw && m.avx512bf16 && m.amx_bf16));
+  CHECK(m.l1d == 48 * kib);
+  CHECK(m.l2 == 2 * mib);
+  CHECK(m.l3 == 300 * mib);
+  CHECK(m.l3_sharing == 2);
+  CHECK(m.simd_datapath_bits == 512);
+  // The Sapphire Rapids choices (same core caches); the B block stays at its 8 MiB cap. The
+  // AMX blocking was measured here (docs/performance.md): KC 512 and MC 256 within the noise of
+  // the best of KC 128 / 256 / 512 x MC 64 .. 512 at n = 512 .. 2048.
+  CHECK(hg::choose_blocking(fp32_avx512, m) == blk(512, 336));
+  CHECK(hg::choose_blocking(bf16_avx512, m) == blk(1024, 224));
+  CHECK(hg::choose_blocking(hg::amx_shape, m) == blk(512, 256));
+  CHECK_FALSE(cpu::read_cpu_model(rec::emerald_rapids(), false).amx_bf16);
+}
+
 TEST_CASE("cpu model: fallbacks", "[config]") {
   SECTION("no cache leaves: fallback sizes, not from CPUID") {
     const cpu::cpu_model m = cpu::read_cpu_model(cpu::cpuid_source({}, 0));

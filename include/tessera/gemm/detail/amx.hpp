@@ -341,22 +341,28 @@ struct amx_kernel {
          8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
         {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
          24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
-    for (index_t jp = 0; jp < nc; jp += NR) {
-      std::uint16_t* d = dst + jp * kcp;
-      const index_t cols = std::min(NR, nc - jp);
-      if (s1 == 1) {
-        const __m512i lo = _mm512_load_si512(interleave[0]);
-        const __m512i hi = _mm512_load_si512(interleave[1]);
-        for (index_t p = 0; p < kcp; p += 2) {
-          const S* src = base + (p0 + p) * s0 + j0 + jp;
-          const __m512i x = p < kc ? load32(src, cols) : _mm512_setzero_si512();
-          const __m512i y = p + 1 < kc ? load32(src + s0, cols) : _mm512_setzero_si512();
-          std::uint16_t* row = d + (p >> 5) * 1024 + ((p & 31) >> 1) * 32;
+    if (s1 == 1) {
+      // Row pairs outermost: each pair of B rows is read once, front to back (a panel at a
+      // time would touch a new page of B in every row).
+      const __m512i lo = _mm512_load_si512(interleave[0]);
+      const __m512i hi = _mm512_load_si512(interleave[1]);
+      for (index_t p = 0; p < kcp; p += 2) {
+        const S* src = base + (p0 + p) * s0 + j0;
+        const index_t off = (p >> 5) * 1024 + ((p & 31) >> 1) * 32;
+        for (index_t jp = 0; jp < nc; jp += NR) {
+          const index_t cols = std::min(NR, nc - jp);
+          const __m512i x = p < kc ? load32(src + jp, cols) : _mm512_setzero_si512();
+          const __m512i y = p + 1 < kc ? load32(src + s0 + jp, cols) : _mm512_setzero_si512();
+          std::uint16_t* row = dst + jp * kcp + off;
           _mm512_storeu_si512(row, _mm512_permutex2var_epi16(x, lo, y));
           _mm512_storeu_si512(row + 512, _mm512_permutex2var_epi16(x, hi, y));
         }
-        continue;
       }
+      return;
+    }
+    for (index_t jp = 0; jp < nc; jp += NR) {
+      std::uint16_t* d = dst + jp * kcp;
+      const index_t cols = std::min(NR, nc - jp);
       for (index_t t = 0; t < 2; ++t) {
         const index_t n = cols - 16 * t; // columns of this tile (<= 0: none)
         for (index_t kk = 0; kk < kcp; kk += 32) {
