@@ -180,7 +180,8 @@ struct amx_kernel {
   static constexpr const char* name = "amx";
   static constexpr index_t MR = 32, NR = 32;
   // The blocking is chosen at run time by gemm/detail/blocking.hpp; KC and MC here are the
-  // largest it may choose and `shape` its anchors (designed for Sapphire Rapids, not measured).
+  // largest it may choose and `shape` its anchors (measured on an Emerald Rapids Xeon: see
+  // blocking.hpp).
   /// KC: a B micro-panel (KC x NR bf16 = 512 * 32 * 2 = 32 KiB) stays in the 48 KiB L1d.
   static constexpr index_t KC = 512;
   /// MC: 4 micro-panels per MiB of L2 (at most 16): on Sapphire Rapids' 2 MiB L2 the packed A

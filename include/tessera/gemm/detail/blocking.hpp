@@ -25,8 +25,11 @@
 ///     where it was measured). Zen 4 (1 MiB): the Zen 5 numbers. Sapphire Rapids (2 MiB): 336
 ///     fp32 rows, 224 bf16 rows; its L3 is a mesh farther away than a Zen CCD's, so a larger A
 ///     block, which amortises each B micro-panel brought from L3 over twice as many tiles, is
-///     worth more there. AMX: 8 panels of 32 rows at 2 MiB (256 rows, 256 KiB; designed for
-///     Sapphire Rapids, not yet measured on one).
+///     worth more there. AMX: 8 panels of 32 rows at 2 MiB (256 rows, 256 KiB). Measured on
+///     an Intel Xeon Emerald Rapids (family 6 model 0xCF, 2 MiB L2, 1 thread, bf16 n^3 at
+///     n = 256 .. 2048, 2026-11-28): KC 512 with MC 256 was within run-to-run noise (~10%) of
+///     the best of KC 128 / 256 / 512 x MC 64 / 128 / 256 / 512 at every n; KC 128 lost 10 to
+///     40% (the C tiles are loaded and stored once per KC slice).
 ///   NC (columns of the packed B block, K x NC, kept in L3): at most 1024 columns (the C block
 ///     MC x NC fp32 across the KC slices) and the B block under min(8 MiB, L3 / 4): 8 MiB on all
 ///     three targets (32 MiB per Zen CCD; 105 MiB on a 56-core Sapphire Rapids, 1.875 MiB per
