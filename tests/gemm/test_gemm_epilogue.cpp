@@ -2,6 +2,7 @@
 // strided, against the double reference: C = residual + relu(A B + bias_col[j] + bias_row[i]).
 // Each op takes the precision of the tensor it is built from as a template argument (no
 // run-time switch per element); the static_asserts check the deduction, the cases the values.
+// Run on main_configs (every enabled space, operands and epilogue tensors in its memory).
 // Bound: the fp32 GEMM bound of tests/support/tolerance.hpp with the biases and the residual
 // counted as three more terms (relu is 1-Lipschitz and adds no error).
 #include "gemm_testing.hpp"
@@ -11,8 +12,8 @@ using namespace tessera::testing;
 
 namespace {
 
-template <class P>
-using vector_view = TensorView<P, dextents<1>, layout_stride, host_space>;
+template <class P, class Mem = host_space>
+using vector_view = TensorView<P, dextents<1>, layout_stride, Mem>;
 
 static_assert(std::is_same_v<decltype(epi::bias_col{std::declval<vector_view<fp16>>()}),
                              epi::bias_col<fp16>>);
@@ -21,21 +22,23 @@ static_assert(std::is_same_v<decltype(epi::bias_row{std::declval<vector_view<fp8
 static_assert(std::is_same_v<decltype(epi::residual{std::declval<strided_matrix_view<bf16>>()}),
                              epi::residual<bf16>>);
 
-/// n values uniform in [-1, 1) rounded to P, every other element of a 2n allocation (stride 2);
-/// also their values in double.
-template <class P>
+/// n values uniform in [-1, 1) rounded to P, every other element of a 2n allocation (stride 2)
+/// in memory space Mem; also their values in double.
+template <class P, class Mem>
 struct strided_vector {
-  Tensor<P, dextents<1>, layout_right, host_space> storage;
-  vector_view<P> view;
+  Tensor<P, dextents<1>, layout_right, Mem> storage;
+  vector_view<P, Mem> view;
   std::vector<double> values;
   strided_vector(index_t n, std::uint64_t seed)
       : storage("v", dextents<1>(2 * n)), view(storage.data(), dextents<1>(n), {2}) {
     const counter_rng rng{seed, 11};
+    const auto h = host_mirror_copy(storage);
     for (index_t i = 0; i < n; ++i) {
       const auto x = from_float<P, saturate>(2.f * rng.uniform01(std::uint64_t(i)) - 1.f);
-      view(i) = x;
+      h.data()[2 * i] = x;
       values.push_back(to_float(x));
     }
+    copy_from_host(storage, h);
   }
 };
 
@@ -46,12 +49,13 @@ index_t epilogue_case(index_t m, index_t n, index_t k, std::uint64_t seed) {
       " -> " + precision_traits<PC>::name + ", bias_col " + precision_traits<PBias>::name +
       ", bias_row " + precision_traits<PRow>::name + ", residual " + precision_traits<PRes>::name +
       ", M " + std::to_string(m) + " N " + std::to_string(n) + " K " + std::to_string(k);
-  const auto a = make_matrix<PA>(m, k, {false, 1, 0}, seed);
-  const auto b = make_matrix<PB>(k, n, {true, 0, 2}, seed + 1);
-  const auto c = make_matrix<PC>(m, n, {false, 2, 1}, seed + 2, -1.f, 1.f, true);
-  const auto r = make_matrix<PRes>(m, n, {true, 1, 0}, seed + 3);
-  const strided_vector<PBias> bc(n, seed + 4);
-  const strided_vector<PRow> br(m, seed + 5);
+  using mem = memory_of<Config>;
+  const auto a = make_matrix<PA, mem>(m, k, {false, 1, 0}, seed);
+  const auto b = make_matrix<PB, mem>(k, n, {true, 0, 2}, seed + 1);
+  const auto c = make_matrix<PC, mem>(m, n, {false, 2, 1}, seed + 2, -1.f, 1.f, true);
+  const auto r = make_matrix<PRes, mem>(m, n, {true, 1, 0}, seed + 3);
+  const strided_vector<PBias, mem> bc(n, seed + 4);
+  const strided_vector<PRow, mem> br(m, seed + 5);
   auto ref = reference_gemm(a.values, b.values);
   for (index_t i = 0; i < m; ++i)
     for (index_t j = 0; j < n; ++j) {

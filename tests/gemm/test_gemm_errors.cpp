@@ -3,6 +3,8 @@
 // scale. Each must throw (tessera::shape_error / value_error) with a message naming the call,
 // the operands and their shapes, and leave every operand bit-identical. And the legal cases next
 // to them (operands sharing one allocation without overlapping, A aliasing B) must still work.
+// Each test runs on main_configs: every enabled space, the operands in its memory (the checks
+// run on the host before any kernel and must not read the operands' elements).
 #include "gemm_testing.hpp"
 #include "support/messages.hpp"
 
@@ -13,25 +15,26 @@ using Catch::Matchers::Contains;
 namespace {
 constexpr std::uint64_t base_seed = 0xe4404;
 
-template <Precision P>
-using host_tensor1 = Tensor<P, dextents<1>, layout_right, host_space>;
+template <Precision P, class Mem>
+using tensor1 = Tensor<P, dextents<1>, layout_right, Mem>;
 
 /// Snapshots of A, B and C: the call under test must leave all three as they were.
-template <class PA, class PB, class PC>
+template <class PA, class PB, class PC, class Mem>
 struct untouched {
-  const host_matrix<PA>& a;
-  const host_matrix<PB>& b;
-  const host_matrix<PC>& c;
+  const test_matrix<PA, Mem>& a;
+  const test_matrix<PB, Mem>& b;
+  const test_matrix<PC, Mem>& c;
   std::vector<unsigned char> a0 = snapshot(a), b0 = snapshot(b), c0 = snapshot(c);
   bool operator()() const { return unchanged(a, a0) && unchanged(b, b0) && unchanged(c, c0); }
 };
-template <class PA, class PB, class PC>
-untouched(const host_matrix<PA>&, const host_matrix<PB>&, const host_matrix<PC>&)
-    -> untouched<PA, PB, PC>;
+template <class PA, class PB, class PC, class Mem>
+untouched(const test_matrix<PA, Mem>&, const test_matrix<PB, Mem>&, const test_matrix<PC, Mem>&)
+    -> untouched<PA, PB, PC, Mem>;
 } // namespace
 
 TEMPLATE_LIST_TEST_CASE("gemm errors: shape mismatches name the call and every shape",
                         "[gemm][errors]", main_configs) {
+  using mem = memory_of<TestType>;
   struct bad_shape {
     index_t am, ak, bk, bn, cm, cn;
     const char* a_shape;
@@ -45,9 +48,9 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: shape mismatches name the call and every s
       {65, 1, 2, 65, 65, 65, "(65, 1)", "(2, 65)", "(65, 65)"}, // K 1 against 2
   };
   for (const auto& s : cases) {
-    const auto a = make_matrix<fp32>(s.am, s.ak, {}, base_seed);
-    const auto b = make_matrix<fp32>(s.bk, s.bn, {true, 1, 0}, base_seed + 1);
-    const auto c = make_matrix<fp32>(s.cm, s.cn, {false, 2, 1}, base_seed + 2);
+    const auto a = make_matrix<fp32, mem>(s.am, s.ak, {}, base_seed);
+    const auto b = make_matrix<fp32, mem>(s.bk, s.bn, {true, 1, 0}, base_seed + 1);
+    const auto c = make_matrix<fp32, mem>(s.cm, s.cn, {false, 2, 1}, base_seed + 2);
     const untouched same{a, b, c};
     INFO(TestType::name() << ": A " << s.a_shape << ", B " << s.b_shape << ", C " << s.c_shape);
     CHECK_THAT(message_of<shape_error>([&] { TestType::run(a.view, b.view, c.view); }),
@@ -59,11 +62,12 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: shape mismatches name the call and every s
 
 TEMPLATE_LIST_TEST_CASE("gemm errors: C overlapping A or B is refused", "[gemm][errors]",
                         main_configs) {
+  using mem = memory_of<TestType>;
   // C = A exactly (square), C = A^T (same memory, other strides), C a block overlapping half of
   // B in one allocation.
   const index_t n = 24;
-  const auto a = make_matrix<fp32>(n, n, {}, base_seed + 3);
-  const auto b = make_matrix<fp32>(n, n, {}, base_seed + 4);
+  const auto a = make_matrix<fp32, mem>(n, n, {}, base_seed + 3);
+  const auto b = make_matrix<fp32, mem>(n, n, {}, base_seed + 4);
   const untouched same{a, b, a};
   CHECK_THAT(message_of<shape_error>([&] { TestType::run(a.view, b.view, a.view); }),
              Contains("tessera::gemm") && Contains("(24, 24)") && Contains("A"));
@@ -72,9 +76,10 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: C overlapping A or B is refused", "[gemm][
   CHECK(same());
 
   // One allocation of 2n rows: B is rows [0, n), C rows [n / 2, 3n / 2).
-  const auto big = make_matrix<fp32>(2 * n, n, {}, base_seed + 5);
-  const strided_matrix_view<fp32> b_part(big.view.data(), dextents<2>(n, n), {n, 1});
-  const strided_matrix_view<fp32> c_part(big.view.data() + n / 2 * n, dextents<2>(n, n), {n, 1});
+  const auto big = make_matrix<fp32, mem>(2 * n, n, {}, base_seed + 5);
+  const strided_matrix_view<fp32, mem> b_part(big.view.data(), dextents<2>(n, n), {n, 1});
+  const strided_matrix_view<fp32, mem> c_part(big.view.data() + n / 2 * n, dextents<2>(n, n),
+                                              {n, 1});
   const untouched same_big{a, big, big};
   CHECK_THAT(message_of<shape_error>([&] { TestType::run(a.view, b_part, c_part); }),
              Contains("tessera::gemm") && Contains("B"));
@@ -83,14 +88,15 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: C overlapping A or B is refused", "[gemm][
 
 TEMPLATE_LIST_TEST_CASE("gemm errors: C strides that give two elements one address",
                         "[gemm][errors]", main_configs) {
-  const auto a = make_matrix<fp32>(6, 5, {}, base_seed + 6);
-  const auto b = make_matrix<fp32>(5, 4, {}, base_seed + 7);
-  const auto c = make_matrix<fp32>(6, 4, {}, base_seed + 8);
+  using mem = memory_of<TestType>;
+  const auto a = make_matrix<fp32, mem>(6, 5, {}, base_seed + 6);
+  const auto b = make_matrix<fp32, mem>(5, 4, {}, base_seed + 7);
+  const auto c = make_matrix<fp32, mem>(6, 4, {}, base_seed + 8);
   const untouched same{a, b, c};
   // Column stride 0 (every column of a row at one address), then rows overlapping (row stride 2
   // with 4 columns of stride 1).
-  const strided_matrix_view<fp32> broadcast(c.view.data(), dextents<2>(6, 4), {4, 0});
-  const strided_matrix_view<fp32> rows_overlap(c.view.data(), dextents<2>(6, 4), {2, 1});
+  const strided_matrix_view<fp32, mem> broadcast(c.view.data(), dextents<2>(6, 4), {4, 0});
+  const strided_matrix_view<fp32, mem> rows_overlap(c.view.data(), dextents<2>(6, 4), {2, 1});
   CHECK_THAT(message_of<shape_error>([&] { TestType::run(a.view, b.view, broadcast); }),
              Contains("tessera::gemm") && Contains("(6, 4)"));
   REQUIRE_THROWS_AS(TestType::run(a.view, b.view, rows_overlap), shape_error);
@@ -100,21 +106,22 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: C strides that give two elements one addre
 TEMPLATE_LIST_TEST_CASE("gemm errors: operands sharing an allocation without overlap, and A "
                         "aliasing B, are legal",
                         "[gemm][errors]", main_configs) {
+  using mem = memory_of<TestType>;
   // One allocation of (M + K + M) rows of width W = K = N: A is the first M rows, B the next K,
   // C the last M. The three byte ranges touch but do not overlap.
   const index_t m = 9, k = 16, n = 16;
-  const auto big = make_matrix<fp32>(m + k + m, k, {}, base_seed + 9);
-  const strided_matrix_view<fp32> a(big.view.data(), dextents<2>(m, k), {k, 1});
-  const strided_matrix_view<fp32> b(big.view.data() + m * k, dextents<2>(k, n), {n, 1});
-  const strided_matrix_view<fp32> c(big.view.data() + (m + k) * k, dextents<2>(m, n), {n, 1});
+  const auto big = make_matrix<fp32, mem>(m + k + m, k, {}, base_seed + 9);
+  const strided_matrix_view<fp32, mem> a(big.view.data(), dextents<2>(m, k), {k, 1});
+  const strided_matrix_view<fp32, mem> b(big.view.data() + m * k, dextents<2>(k, n), {n, 1});
+  const strided_matrix_view<fp32, mem> c(big.view.data() + (m + k) * k, dextents<2>(m, n), {n, 1});
   const auto ref = reference_gemm(to_dmatrix(a), to_dmatrix(b));
   REQUIRE_NOTHROW(TestType::run(a, b, c));
   CHECK(check_against_reference<fp32>(TestType::name() + " A, B, C in one allocation",
                                       to_dmatrix(c), ref, k) == 0);
 
   // A A^T: A is both operands.
-  const auto x = make_matrix<fp32>(33, 20, {false, 3, 2}, base_seed + 10);
-  const auto y = make_matrix<fp32>(33, 33, {}, base_seed + 11);
+  const auto x = make_matrix<fp32, mem>(33, 20, {false, 3, 2}, base_seed + 10);
+  const auto y = make_matrix<fp32, mem>(33, 33, {}, base_seed + 11);
   REQUIRE_NOTHROW(TestType::run(x.view, transpose(x.view), y.view));
   CHECK(check_against_reference<fp32>(TestType::name() + " A A^T", to_dmatrix(y.view),
                                       reference_gemm(x.values, transposed(x.values)), 20) == 0);
@@ -122,13 +129,14 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: operands sharing an allocation without ove
 
 TEMPLATE_LIST_TEST_CASE("gemm errors: epilogue arguments of the wrong length", "[gemm][errors]",
                         main_configs) {
+  using mem = memory_of<TestType>;
   namespace epi = tessera::epi;
-  const auto a = make_matrix<fp32>(7, 5, {}, base_seed + 12);
-  const auto b = make_matrix<fp32>(5, 11, {}, base_seed + 13);
-  const auto c = make_matrix<fp32>(7, 11, {}, base_seed + 14);
+  const auto a = make_matrix<fp32, mem>(7, 5, {}, base_seed + 12);
+  const auto b = make_matrix<fp32, mem>(5, 11, {}, base_seed + 13);
+  const auto c = make_matrix<fp32, mem>(7, 11, {}, base_seed + 14);
   const untouched same{a, b, c};
-  host_tensor1<fp32> v7("v7", 7), v11("v11", 11), v12("v12", 12);
-  Tensor<bf16, dextents<2>, layout_right, host_space> r("r", 11, 7); // C's shape transposed
+  tensor1<fp32, mem> v7("v7", 7), v11("v11", 11), v12("v12", 12);
+  Tensor<bf16, dextents<2>, layout_right, mem> r("r", 11, 7); // C's shape transposed
   // bias_col needs N = 11 values, bias_row M = 7, residual C's shape (7, 11).
   CHECK_THAT(message_of<shape_error>([&] {
                TestType::run(a.view, b.view, c.view, make_epilogue({}, epi::bias_col{v12}));
@@ -151,9 +159,10 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: epilogue arguments of the wrong length", "
 
 TEMPLATE_LIST_TEST_CASE("gemm errors: a scaled output needs a positive finite scale",
                         "[gemm][errors]", main_configs) {
-  const auto a = make_matrix<fp32>(4, 3, {}, base_seed + 15);
-  const auto b = make_matrix<fp32>(3, 5, {}, base_seed + 16);
-  const auto c = make_matrix<fp8_e4m3>(4, 5, {}, base_seed + 17);
+  using mem = memory_of<TestType>;
+  const auto a = make_matrix<fp32, mem>(4, 3, {}, base_seed + 15);
+  const auto b = make_matrix<fp32, mem>(3, 5, {}, base_seed + 16);
+  const auto c = make_matrix<fp8_e4m3, mem>(4, 5, {}, base_seed + 17);
   const untouched same{a, b, c};
   for (const float s : {0.f, -2.f, std::numeric_limits<float>::infinity(),
                         std::numeric_limits<float>::quiet_NaN()}) {
@@ -166,33 +175,32 @@ TEMPLATE_LIST_TEST_CASE("gemm errors: a scaled output needs a positive finite sc
 
 TEMPLATE_LIST_TEST_CASE("gemm_batched errors: batch extents, and C aliasing A or B in any matrix",
                         "[gemm][errors]", main_configs) {
-  using host3 = Tensor<fp32, dextents<3>, layout_right, host_space>;
-  using strided3 = TensorView<fp32, dextents<3>, layout_stride, host_space>;
-  host3 a("a", 3, 4, 5), b2("b2", 2, 5, 6), b("b", 3, 5, 6), c("c", 3, 4, 6);
+  using mem = memory_of<TestType>;
+  using tensor3 = Tensor<fp32, dextents<3>, layout_right, mem>;
+  using strided3 = TensorView<fp32, dextents<3>, layout_stride, mem>;
+  tensor3 a("a", 3, 4, 5), b2("b2", 2, 5, 6), b("b", 3, 5, 6), c("c", 3, 4, 6);
   fill_uniform(a, base_seed + 18, -1.f, 1.f);
   fill_uniform(b, base_seed + 19, -1.f, 1.f);
   fill(c, 42.f);
-  const auto snap = [](const host3& t) {
-    return std::vector<float>(t.data(), t.data() + t.size());
-  };
+  const auto snap = [](const tensor3& t) { return elements_of(t.view()); };
   const auto a0 = snap(a), b0 = snap(b), c0 = snap(c);
   // A has 3 matrices, B 2 (neither 3 nor 1), C 3.
   CHECK_THAT(message_of<shape_error>([&] { TestType::run_batched(a, b2, c); }),
              Contains("tessera::gemm_batched") && Contains("(3, 4, 5)") && Contains("(2, 5, 6)") &&
                  Contains("(3, 4, 6)"));
   // C's rows (4, 6) against A's (4, 5) and B's (5, 6): C has the wrong number of columns.
-  host3 c_bad("c_bad", 3, 4, 7);
+  tensor3 c_bad("c_bad", 3, 4, 7);
   CHECK_THAT(message_of<shape_error>([&] { TestType::run_batched(a, b, c_bad); }),
              Contains("tessera::gemm_batched") && Contains("(4, 7)"));
   // C[i] is B[i]'s memory in every matrix (an (M, N) = (5, 6) C inside B).
-  host3 a5("a5", 3, 5, 5);
+  tensor3 a5("a5", 3, 5, 5);
   REQUIRE_THROWS_AS(TestType::run_batched(a5, b, b), shape_error);
   const bool all_unchanged = snap(a) == a0 && snap(b) == b0 && snap(c) == c0;
   CHECK(all_unchanged);
 
   // C[0] is A[1]'s memory and C[1] is A[2]'s (C = A shifted by one matrix). A check that only
   // compares C[i] with A[i] misses it, and computing C[0] would overwrite A[1] before it is read.
-  host3 bb("bb", 2, 5, 5);
+  tensor3 bb("bb", 2, 5, 5);
   fill_uniform(bb, base_seed + 20, -1.f, 1.f);
   const strided3 a_first2(a.data(), dextents<3>(2, 4, 5), {20, 5, 1});
   const strided3 c_shifted(a.data() + 20, dextents<3>(2, 4, 5), {20, 5, 1});

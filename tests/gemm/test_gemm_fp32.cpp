@@ -1,7 +1,9 @@
 // tessera::gemm with fp32 operands and fp32 C against the double reference: every size of
 // issue 3 on every axis, random triples, the four transposes with padded leading dimensions,
 // alpha/beta cases (beta == 0 with NaN in C), every kind of operand type, and determinism.
-// Each test runs on every configuration (every enabled Kokkos host space x algorithms).
+// Each test runs on every configuration (every enabled Kokkos space x algorithms, the operands in
+// the space's own memory: a device build runs the device space too; results read through host
+// copies).
 // Tolerance: tests/support/tolerance.hpp (gamma_{K+5} * sum |terms|, fp32 output).
 #include "gemm_testing.hpp"
 
@@ -105,14 +107,17 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: alpha and beta", "[gemm][fp32]", all_configs
 
 TEMPLATE_LIST_TEST_CASE("gemm fp32: beta 0 ignores NaN and infinity in C", "[gemm][fp32]",
                         all_configs) {
+  using mem = memory_of<TestType>;
   const index_t m = 67, n = 45, k = 33;
-  const auto a = make_matrix<fp32>(m, k, {}, base_seed + 4);
-  const auto b = make_matrix<fp32>(k, n, {true, 0, 0}, base_seed + 5);
-  const auto c = make_matrix<fp32>(m, n, {}, base_seed + 6);
-  for (index_t i = 0; i < m; ++i)
-    for (index_t j = 0; j < n; ++j)
-      c.view(i, j) = (i + j) % 2 ? std::numeric_limits<float>::quiet_NaN()
-                                 : -std::numeric_limits<float>::infinity();
+  const auto a = make_matrix<fp32, mem>(m, k, {}, base_seed + 4);
+  const auto b = make_matrix<fp32, mem>(k, n, {true, 0, 0}, base_seed + 5);
+  const auto c = make_matrix<fp32, mem>(m, n, {}, base_seed + 6);
+  c.modify([&](const auto& v) {
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = 0; j < n; ++j)
+        v(i, j) = (i + j) % 2 ? std::numeric_limits<float>::quiet_NaN()
+                              : -std::numeric_limits<float>::infinity();
+  });
   TestType::run(a.view, b.view, c.view, gemm_options{.alpha = 1.f, .beta = 0.f});
   const auto ref = reference_gemm(a.values, b.values);
   CHECK(check_against_reference<fp32>(TestType::name(), to_dmatrix(c.view), ref, k) == 0);
@@ -123,18 +128,20 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: NaN and infinity in A or B propagate", "[gem
   // IEEE: a NaN in A(i, p) makes row i of C NaN, an infinity in B(p, j) (with no zero or
   // opposite infinity met) makes column j infinite; every other element stays finite and
   // correct. Catches kernels that skip zeros or mask padding by multiplying with 0.
+  using mem = memory_of<TestType>;
   const index_t m = 37, n = 41, k = 70;
-  auto a = make_matrix<fp32>(m, k, {}, base_seed + 7, 0.5f, 1.f);
-  auto b = make_matrix<fp32>(k, n, {}, base_seed + 8, 0.5f, 1.f);
+  const auto a = make_matrix<fp32, mem>(m, k, {}, base_seed + 7, 0.5f, 1.f);
+  const auto b = make_matrix<fp32, mem>(k, n, {}, base_seed + 8, 0.5f, 1.f);
   const index_t nan_row = 5, inf_col = 33;
-  a.view(nan_row, 61) = std::numeric_limits<float>::quiet_NaN();
-  b.view(12, inf_col) = std::numeric_limits<float>::infinity();
-  const auto c = make_matrix<fp32>(m, n, {}, base_seed + 9);
+  a.modify([&](const auto& v) { v(nan_row, 61) = std::numeric_limits<float>::quiet_NaN(); });
+  b.modify([&](const auto& v) { v(12, inf_col) = std::numeric_limits<float>::infinity(); });
+  const auto c = make_matrix<fp32, mem>(m, n, {}, base_seed + 9);
   TestType::run(a.view, b.view, c.view, gemm_options{});
+  const dmatrix got = to_dmatrix(c.view);
   index_t wrong = 0;
   for (index_t i = 0; i < m; ++i)
     for (index_t j = 0; j < n; ++j) {
-      const float v = c.view(i, j);
+      const double v = got(i, j);
       if (i == nan_row) {
         wrong += !std::isnan(v);
       } else if (j == inf_col) {
@@ -149,14 +156,15 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: NaN and infinity in A or B propagate", "[gem
 TEMPLATE_LIST_TEST_CASE("gemm fp32: Tensor, layout_left, static extents and transpose() operands",
                         "[gemm][fp32]", all_configs) {
   // Each operand type a caller may pass, beside the strided views the other tests use.
-  using host_rm = Tensor<fp32, dextents<2>, layout_right, host_space>;
-  using host_cm = Tensor<fp32, dextents<2>, layout_left, host_space>;
+  using mem = memory_of<TestType>;
+  using rm = Tensor<fp32, dextents<2>, layout_right, mem>;
+  using cm = Tensor<fp32, dextents<2>, layout_left, mem>;
   const index_t m = 19, n = 70, k = 45;
-  host_rm a("a", m, k);                                           // (M, K) row-major
-  host_cm b("b", k, n);                                           // (K, N) column-major
-  Tensor<fp32, extents<19, 70>, layout_right, host_space> c("c"); // (M, N) static extents
-  host_rm bt("bt", n, k);                                         // (N, K), B^T row-major
-  host_cm ccm("ccm", m, n);                                       // (M, N) column-major
+  rm a("a", m, k);                                         // (M, K) row-major
+  cm b("b", k, n);                                         // (K, N) column-major
+  Tensor<fp32, extents<19, 70>, layout_right, mem> c("c"); // (M, N) static extents
+  rm bt("bt", n, k);                                       // (N, K), B^T row-major
+  cm ccm("ccm", m, n);                                     // (M, N) column-major
   fill_uniform(a, base_seed + 10, -1.f, 1.f);
   fill_uniform(b, base_seed + 11, -1.f, 1.f);
   fill_uniform(bt, base_seed + 12, -1.f, 1.f);
@@ -179,9 +187,9 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: Tensor, layout_left, static extents and tran
                                       k) == 0);
 
   // C = A^T^T: transposing twice gives back the operand.
-  host_rm at("at", k, m); // (K, M)
-  for (index_t i = 0; i < m; ++i)
-    for (index_t p = 0; p < k; ++p) at(p, i) = a(i, p);
+  rm at("at", k, m); // (K, M)
+  const auto ha = host_mirror_copy(a);
+  fill_on_host(at, [&](index_t s) { return ha.data()[(s % m) * k + s / m]; });
   fill(c, std::numeric_limits<float>::quiet_NaN());
   TestType::run(transpose(at.view()), b, c, gemm_options{});
   CHECK(check_against_reference<fp32>("transpose(view) x Tensor -> Tensor", to_dmatrix(c), ref,
@@ -192,19 +200,22 @@ TEMPLATE_LIST_TEST_CASE("gemm fp32: bit-identical results on repeated calls", "[
                         all_configs) {
   // Same inputs and thread count -> the same bits, also after another call of a different
   // shape in between (cached packing buffers must not carry state from one call to the next).
+  using mem = memory_of<TestType>;
   const index_t m = 257, n = 200, k = 300;
-  const auto a = make_matrix<fp32>(m, k, {}, base_seed + 13);
-  const auto b = make_matrix<fp32>(k, n, {true, 3, 0}, base_seed + 14);
-  const auto c1 = make_matrix<fp32>(m, n, {}, base_seed + 15);
-  const auto c2 = make_matrix<fp32>(m, n, {}, base_seed + 15);
-  const auto other_a = make_matrix<fp32>(70, 513, {}, base_seed + 16);
-  const auto other_b = make_matrix<fp32>(513, 90, {}, base_seed + 17);
-  const auto other_c = make_matrix<fp32>(70, 90, {}, base_seed + 18);
+  const auto a = make_matrix<fp32, mem>(m, k, {}, base_seed + 13);
+  const auto b = make_matrix<fp32, mem>(k, n, {true, 3, 0}, base_seed + 14);
+  const auto c1 = make_matrix<fp32, mem>(m, n, {}, base_seed + 15);
+  const auto c2 = make_matrix<fp32, mem>(m, n, {}, base_seed + 15);
+  const auto other_a = make_matrix<fp32, mem>(70, 513, {}, base_seed + 16);
+  const auto other_b = make_matrix<fp32, mem>(513, 90, {}, base_seed + 17);
+  const auto other_c = make_matrix<fp32, mem>(70, 90, {}, base_seed + 18);
   const gemm_options opts{.alpha = 0.5f, .beta = 1.f};
   TestType::run(a.view, b.view, c1.view, opts);
   TestType::run(other_a.view, other_b.view, other_c.view, opts);
   TestType::run(a.view, b.view, c2.view, opts);
-  CHECK(std::memcmp(c1.storage.data(), c2.storage.data(), c1.storage.size() * sizeof(float)) == 0);
+  const auto first = bytes_of(c1.storage), second = bytes_of(c2.storage);
+  CHECK(first == second);
+  CHECK(first != snapshot(make_matrix<fp32, host_space>(m, n, {}, base_seed + 15))); // C written
 }
 
 TEMPLATE_LIST_TEST_CASE("gemm fp32: empty extents (K == 0, M == 0, N == 0)", "[gemm][fp32]",

@@ -8,8 +8,9 @@
 // bf16 C.
 //
 // This source builds two programs (tests/gemm/CMakeLists.txt): TESSERA_TEST_GROUP=host runs the
-// host algorithms (host_configs), =portable the portable one (portable_configs); the 16 pairs
-// per configuration would make one program slow to build.
+// host algorithms (host_configs), =portable the portable one (portable_configs: every enabled
+// space, the device space of a device build included, operands in the space's memory); the 16
+// pairs per configuration would make one program slow to build.
 #include "gemm_testing.hpp"
 
 #define TESSERA_TEST_CAT2(a, b) a##b
@@ -121,13 +122,14 @@ TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("operands without a unit stride"), "[g
       for (index_t j = 0; j < c; ++j) d(i, j) = m.values(i, 2 * j);
     return std::pair{v, d};
   };
+  using mem = memory_of<TestType>;
   std::uint64_t seed = base_seed + 500;
   index_t failures = 0;
   const auto run = [&]<class PA, class PB>(PA, PB, index_t m, index_t n, index_t k) {
     for (const bool t : {false, true}) {
-      const auto a = make_matrix<PA>(m, 2 * k, {t, 1, 0}, ++seed, lo, hi);
-      const auto b = make_matrix<PB>(k, 2 * n, {!t, 0, 1}, ++seed, lo, hi);
-      const auto c = make_matrix<fp32>(m, n, {false, 0, 0}, ++seed);
+      const auto a = make_matrix<PA, mem>(m, 2 * k, {t, 1, 0}, ++seed, lo, hi);
+      const auto b = make_matrix<PB, mem>(k, 2 * n, {!t, 0, 1}, ++seed, lo, hi);
+      const auto c = make_matrix<fp32, mem>(m, n, {false, 0, 0}, ++seed);
       const auto [av, ad] = every_other(a);
       const auto [bv, bd] = every_other(b);
       const auto ref = reference_gemm(ad, bd, 1.0, 1.0, c.values);
@@ -197,18 +199,21 @@ TEMPLATE_LIST_TEST_CASE(TESSERA_TEST_NAME("fp16 with every precision into fp16 a
 TEMPLATE_LIST_TEST_CASE(
     TESSERA_TEST_NAME("low-precision results are bit-identical on repeated calls"), "[gemm][lowp]",
     TESSERA_TEST_CONFIGS) {
+  using mem = memory_of<TestType>;
   const auto twice = [&]<class PA, class PB>(PA, PB, std::uint64_t seed) {
     const index_t m = 200, n = 129, k = 513;
-    const auto a = make_matrix<PA>(m, k, {}, seed, lo, hi);
-    const auto b = make_matrix<PB>(k, n, {true, 0, 0}, seed + 1, lo, hi);
-    const auto c1 = make_matrix<fp32>(m, n, {}, seed + 2);
-    const auto c2 = make_matrix<fp32>(m, n, {}, seed + 2);
+    const auto a = make_matrix<PA, mem>(m, k, {}, seed, lo, hi);
+    const auto b = make_matrix<PB, mem>(k, n, {true, 0, 0}, seed + 1, lo, hi);
+    const auto c1 = make_matrix<fp32, mem>(m, n, {}, seed + 2);
+    const auto c2 = make_matrix<fp32, mem>(m, n, {}, seed + 2);
+    const auto c0 = snapshot(c1);
     TestType::run(a.view, b.view, c1.view, gemm_options{.alpha = 1.f, .beta = 1.f});
     TestType::run(a.view, b.view, c2.view, gemm_options{.alpha = 1.f, .beta = 1.f});
     INFO(TestType::name() << " " << precision_traits<PA>::name << " x "
                           << precision_traits<PB>::name);
-    CHECK(std::memcmp(c1.storage.data(), c2.storage.data(), c1.storage.size() * sizeof(float)) ==
-          0);
+    const auto first = snapshot(c1);
+    CHECK(first == snapshot(c2));
+    CHECK(first != c0); // C was written
   };
   twice(bf16{}, bf16{}, base_seed + 200);
   twice(fp8_e4m3{}, fp8_e4m3{}, base_seed + 210);
