@@ -20,10 +20,12 @@
 // batches of >= 2 ms. Every implementation is timed the same way, so the ratios compare like
 // with like.
 //
-// Peak: measured at start-up on one core, best of 200 short runs of 24 independent chains of
-// AVX-512 FMA (fp32: 2 FMA pipes x 16 lanes x 2 flop per cycle) and of VDPBF16PS (bf16: 32
-// products and sums per instruction), at the clock the core actually runs at; times the number
-// of threads.
+// Peak: measured at start-up on one core, after 0.2 s of warm-up, best of 200 short runs of 24
+// independent chains of AVX-512 FMA (fp32: 2 FMA pipes x 16 lanes x 2 flop per cycle) and of
+// VDPBF16PS (bf16: 32 products and sums per instruction), and where AMX is usable of TDPBF16PS
+// on 4 accumulator tiles (16 x 16 x 32 x 2 flop each), at the clock the core actually runs at;
+// times the number of threads. The bf16 columns are compared with AMX's peak where tessera's
+// bf16 kernel is AMX, else with VDPBF16PS's.
 //
 // Output: Google Benchmark's (GFLOP/s and the fraction of peak as counters), then markdown
 // tables: every implementation's GFLOP/s, the ratios of the targets (> 1: tessera
@@ -99,8 +101,8 @@ double fp32_peak = 0, bf16_dot_peak = 0, amx_peak = 0, bf16_peak = 0;
   const long iters = 20000;                                                                        \
   double best = 1e30;                                                                              \
   /* 0.2 s of warm-up first: a core runs its first wide instructions slower (frequency license, */ \
-  /* powered-down upper lanes), which made the peak on an Intel Xeon 40% low before. */          \
-  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);      \
+  /* powered-down upper lanes), which made the peak on an Intel Xeon 40% low before. */            \
+  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);       \
   for (int timed = 0; timed < 200;) {                                                              \
     const auto t0 = std::chrono::steady_clock::now();                                              \
     for (long i = 0; i < iters; ++i) {                                                             \

@@ -59,9 +59,10 @@ struct conv_tile {
   index_t cols(index_t Q) const noexcept { return nb * (p1 - p0) * Q; }
 };
 
-/// d[0, n) = s[0, n), d[0, n) += s[0, n) and d[0, n) = v, for runs that do not overlap (im2col's column rows and
-/// image rows): the restrict qualifiers let the compiler vectorise the copies of 16-bit and 8-bit
-/// storage types (bf16, fp8), whose plain loops it left scalar for fear of aliasing.
+/// d[0, n) = s[0, n), d[0, n) += s[0, n) and d[0, n) = v, for runs that do not overlap (im2col's
+/// column rows and image rows): the restrict qualifiers let the compiler vectorise the copies of
+/// 16-bit and 8-bit storage types (bf16, fp8), whose plain loops it left scalar for fear of
+/// aliasing.
 template <class T>
 TESSERA_INLINE void copy_run(T* __restrict__ d, const T* __restrict__ s, index_t n) {
   for (index_t i = 0; i < n; ++i) d[i] = s[i];

@@ -114,16 +114,12 @@ template <class S>
 inline void fp8_to_bf16_x64(__m512i x, __m512i& lo, __m512i& hi) noexcept {
   static constexpr fp8_to_bf16_bytes<S> t{};
   const __mmask64 top = _mm512_movepi8_mask(x);
-  const __m512i l =
-      _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), x,
-                                                           _mm512_load_si512(t.lo + 64)),
-                             _mm512_permutex2var_epi8(_mm512_load_si512(t.lo + 128), x,
-                                                      _mm512_load_si512(t.lo + 192)));
-  const __m512i h =
-      _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), x,
-                                                           _mm512_load_si512(t.hi + 64)),
-                             _mm512_permutex2var_epi8(_mm512_load_si512(t.hi + 128), x,
-                                                      _mm512_load_si512(t.hi + 192)));
+  const __m512i l = _mm512_mask_blend_epi8(
+      top, _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), x, _mm512_load_si512(t.lo + 64)),
+      _mm512_permutex2var_epi8(_mm512_load_si512(t.lo + 128), x, _mm512_load_si512(t.lo + 192)));
+  const __m512i h = _mm512_mask_blend_epi8(
+      top, _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), x, _mm512_load_si512(t.hi + 64)),
+      _mm512_permutex2var_epi8(_mm512_load_si512(t.hi + 128), x, _mm512_load_si512(t.hi + 192)));
   lo = _mm512_permutex2var_epi8(l, _mm512_load_si512(t.order), h);
   hi = _mm512_permutex2var_epi8(l, _mm512_load_si512(t.order + 64), h);
 }
@@ -338,7 +334,7 @@ struct amx_kernel {
     // Word k of tile t's pair row: k even, column 16 t + k / 2 of the first row (source
     // index), k odd, of the second (index + 32).
     alignas(64) static constexpr std::uint16_t interleave[2][32] = {
-        {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+        {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
          8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47},
         {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
          24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63}};
@@ -377,7 +373,8 @@ struct amx_kernel {
             } else {
               alignas(64) std::uint16_t run[32] = {};
               const index_t m = std::min<index_t>(32, kc - kk);
-              for (index_t p = 0; p < m; ++p) run[p] = bf16_bits(base[(p0 + kk + p) * s0 + col * s1]);
+              for (index_t p = 0; p < m; ++p)
+                run[p] = bf16_bits(base[(p0 + kk + p) * s0 + col * s1]);
               v[j] = _mm512_load_si512(run);
             }
           }
@@ -400,7 +397,9 @@ struct amx_kernel {
     static const tile_config cfg{};
     TESSERA_AMX_LOADCONFIG(&cfg);
   }
-  static void end() { TESSERA_AMX_RELEASE(); }
+  static void end() {
+    TESSERA_AMX_RELEASE();
+  }
 
   /// The K loop: accumulator tiles 0..3 (C00 C01 C10 C11) += a_panel * b_panel over kcp.
   static void product(index_t kcp, const std::uint16_t* a, const std::uint16_t* b) {
