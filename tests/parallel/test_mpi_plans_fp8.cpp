@@ -92,46 +92,28 @@ struct result {
   states fp8;
 };
 
+/// The single process: one batch per optimizer step (k_steps 0), or k_steps batches summed in a
+/// train::grad_accumulator per optimizer step (one fp8 history entry per batch).
 template <class Model>
-result reference_run(const run_options& o) {
-  Kokkos::DefaultExecutionSpace exec;
-  Model model(o.seed);
-  tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
-  nn::SoftmaxCrossEntropy loss;
-  for (int step = 0; step < o.steps; ++step) {
-    auto x = make_input<Model>(o.global_batch);
-    Kokkos::View<int*> labels("labels", o.global_batch);
-    fill_batch(step, 0, x, labels);
-    auto y = model.forward(exec, x);
-    auto [l, dlogits] = loss.forward_backward(exec, y, labels);
-    (void)l;
-    model.backward(exec, dlogits);
-    opt.step(exec, model.parameters());
-  }
-  return {values_by_name(model.parameters()), states_of<0>(model)};
-}
-
-/// The single process accumulating `k_steps` batches per optimizer step
-/// (train::grad_accumulator): one history entry per batch.
-template <class Model>
-result accumulated_reference_run(const run_options& o, int k_steps) {
+result reference_run(const run_options& o, int k_steps = 0) {
   Kokkos::DefaultExecutionSpace exec;
   Model model(o.seed);
   tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
   tessera::train::grad_accumulator acc;
   nn::SoftmaxCrossEntropy loss;
+  const int per_step = k_steps == 0 ? 1 : k_steps;
   for (int step = 0; step < o.steps; ++step) {
-    for (int k = 0; k < k_steps; ++k) {
+    for (int k = 0; k < per_step; ++k) {
       auto x = make_input<Model>(o.global_batch);
       Kokkos::View<int*> labels("labels", o.global_batch);
-      fill_batch(k_steps * step + k, 0, x, labels);
+      fill_batch(per_step * step + k, 0, x, labels);
       auto y = model.forward(exec, x);
       auto [l, dlogits] = loss.forward_backward(exec, y, labels);
       (void)l;
       model.backward(exec, dlogits);
-      acc.accumulate(exec, model.parameters());
+      if (k_steps > 0) acc.accumulate(exec, model.parameters());
     }
-    acc.finish(exec, model.parameters());
+    if (k_steps > 0) acc.finish(exec, model.parameters());
     opt.step(exec, model.parameters());
   }
   return {values_by_name(model.parameters()), states_of<0>(model)};
@@ -228,38 +210,10 @@ void compare_with_reference(const char* what, const std::string& plan_name, Mesh
   CHECK(diff <= fp8_tolerance);
 }
 
+/// One plan against the single process's `ref`: plain steps (k_steps 0: forward_backward), or
+/// k_steps accumulation steps per optimizer step (plan_stage::forward_backward_accumulated).
 template <class Model, class Plan, class Kind, int M>
-bool check_fp8_plan(const char* what, const run_options& o, const result& ref) {
-  auto world = tp::mpi_communicator::world();
-  if (!Plan::fits(world.size())) return false;
-  const tp::mesh_shape shape = Plan::shape_on(world.size());
-  REQUIRE(o.global_batch % (shape.data * M) == 0);
-  Kokkos::DefaultExecutionSpace exec;
-  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
-  result got;
-  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
-    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
-    nn::SoftmaxCrossEntropy loss;
-    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
-    for (int step = 0; step < o.steps; ++step) {
-      auto x = make_input<Model>(share);
-      Kokkos::View<int*> labels("labels", share);
-      fill_batch(step, first, x, labels);
-      stage.forward_backward(exec, x, labels, loss);
-      opt.step(exec, stage.parameters());
-    }
-    got.weights = stage.gather_parameters();
-    got.fp8 = states_of<std::remove_cvref_t<decltype(stage.stage())>::begin>(stage.stage());
-  });
-  compare_with_reference(what, Plan::name(), mesh, got, ref);
-  return true;
-}
-
-/// As check_fp8_plan, with `k_steps` accumulation steps per optimizer step
-/// (plan_stage::forward_backward_accumulated).
-template <class Model, class Plan, class Kind, int M>
-bool check_fp8_plan_accumulated(const char* what, const run_options& o, int k_steps,
-                                const result& ref) {
+bool check_fp8_plan(const char* what, const run_options& o, const result& ref, int k_steps = 0) {
   auto world = tp::mpi_communicator::world();
   if (!Plan::fits(world.size())) return false;
   const tp::mesh_shape shape = Plan::shape_on(world.size());
@@ -272,16 +226,20 @@ bool check_fp8_plan_accumulated(const char* what, const run_options& o, int k_st
     tessera::train::grad_accumulator acc;
     nn::SoftmaxCrossEntropy loss;
     const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+    const auto batch = [&](int index) {
+      auto x = make_input<Model>(share);
+      Kokkos::View<int*> labels("labels", share);
+      fill_batch(index, first, x, labels);
+      return std::make_pair(x, labels);
+    };
     for (int step = 0; step < o.steps; ++step) {
-      stage.forward_backward_accumulated(
-          exec, k_steps,
-          [&](int k) {
-            auto x = make_input<Model>(share);
-            Kokkos::View<int*> labels("labels", share);
-            fill_batch(k_steps * step + k, first, x, labels);
-            return std::make_pair(x, labels);
-          },
-          loss, acc);
+      if (k_steps == 0) {
+        auto [x, labels] = batch(step);
+        stage.forward_backward(exec, x, labels, loss);
+      } else {
+        stage.forward_backward_accumulated(
+            exec, k_steps, [&](int k) { return batch(k_steps * step + k); }, loss, acc);
+      }
       opt.step(exec, stage.parameters());
     }
     got.weights = stage.gather_parameters();
@@ -329,10 +287,10 @@ TEST_CASE("plans: fp8 with gradient accumulation records one amax per accumulati
   const run_options o{.global_batch = 16, .steps = 3};
   constexpr int k_steps = 2;
   using Model = MLP<fp8_delayed>;
-  const auto ref = accumulated_reference_run<Model>(o, k_steps);
+  const auto ref = reference_run<Model>(o, k_steps);
   const int ran = [&]<class... P>(std::tuple<P...>*) {
-    return (int(check_fp8_plan_accumulated<Model, P, tp::one_f_one_b, micro_batches_for<P, 2, 4>>(
-                "MLP fp8 accumulated", o, k_steps, ref)) +
+    return (int(check_fp8_plan<Model, P, tp::one_f_one_b, micro_batches_for<P, 2, 4>>(
+                "MLP fp8 accumulated", o, ref, k_steps)) +
             ... + 0);
   }(static_cast<all_plans*>(nullptr));
   CHECK(ran >= 1);
