@@ -12,7 +12,9 @@ jobs=${TESSERA_JOBS:-$(nproc)}
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
+generator=() # Ninja for a new build folder (an existing one keeps its generator)
+if [[ ! -f $build/CMakeCache.txt ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
+cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
   -DTESSERA_BUILD_TESTS=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 cd "$build"
