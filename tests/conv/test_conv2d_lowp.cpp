@@ -1,0 +1,68 @@
+// conv2d_forward, conv2d_backward_data and conv2d_backward_weight (+ bias) in bf16, fp8, fp16 and
+// mixed precisions against the direct double-precision reference on random shapes, with the three
+// workspace budgets of test_conv2d.cpp (conv_passes.hpp). A program of its own so that the fp32
+// one, which the portability builds compile for every Kokkos and compiler, stays small.
+#include "conv_passes.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tessera;          // NOLINT: test file, not a header
+using namespace tessera::testing; // NOLINT
+
+TEST_CASE("conv2d bf16: all passes match the reference on random shapes", "[conv][bf16]") {
+  random_cases<bf16, bf16, bf16>(3, 60);
+}
+
+TEST_CASE("conv2d fp8: all passes match the reference on random shapes", "[conv][fp8]") {
+  random_cases<fp8_e4m3, fp8_e4m3, fp8_e4m3>(4, 40);
+  random_cases<fp8_e5m2, fp8_e5m2, fp8_e5m2>(5, 40);
+}
+
+TEST_CASE("conv2d fp16: all passes match the reference on random shapes", "[conv][fp16]") {
+  random_cases<fp16, fp16, fp16>(11, 60);
+}
+
+TEST_CASE("conv2d low precision, reduction C/groups*R*S < 16 and >= 16 output channels",
+          "[conv][bf16][fp8]") {
+  // A first layer (1 x 3 x 3): backward-weight widens x and dy to fp32 for the implicit path.
+  std::mt19937_64 rng(10);
+  for (int i = 0; i < 12; ++i) {
+    conv_shape s;
+    const auto in = [&](index_t lo, index_t hi) {
+      return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+    };
+    s.N = in(1, 3);
+    s.prm.groups = in(1, 2);
+    s.C = s.prm.groups * in(1, 1 + i % 2);
+    s.K = s.prm.groups * in(16, 40);
+    s.R = in(1, 3), s.S = in(1, 3);
+    s.H = in(s.R, 19), s.W = in(s.S, 19);
+    s.prm.stride_h = s.prm.stride_w = in(1, 2);
+    s.prm.pad_top = s.prm.pad_bottom = s.prm.pad_left = s.prm.pad_right = in(0, 1);
+    const std::uint64_t seed = 10000 + static_cast<std::uint64_t>(i);
+    INFO("case " << i);
+    check_all_passes<bf16, bf16, bf16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(Kokkos::DefaultExecutionSpace{}, s, seed,
+                                                   budgets[i % 3]);
+    check_all_passes<fp16, fp16, fp16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[i % 3]);
+  }
+}
+
+TEST_CASE("conv2d fp16 mixed with fp32, bf16 and fp8, and 16-64 channels per group",
+          "[conv][fp16][mixed]") {
+  random_cases<fp16, fp16, fp32>(12, 20);     // fp16 operands, fp32 output
+  random_cases<fp32, fp16, fp16>(13, 20);     // fp32 activations, fp16 weights
+  random_cases<fp16, bf16, fp16>(14, 20);     // fp16 x bf16
+  random_cases<fp16, fp8_e4m3, fp16>(15, 20); // fp16 x e4m3
+  std::mt19937_64 rng(16);
+  for (int i = 0; i < 6; ++i)
+    check_all_passes<fp16, fp16, fp16>(Kokkos::DefaultExecutionSpace{}, random_wide_shape(rng),
+                                       16000 + static_cast<std::uint64_t>(i), budgets[i % 3]);
+}
+
+TEST_CASE("conv2d mixed precisions: low-precision operands, fp32 outputs and back",
+          "[conv][mixed]") {
+  random_cases<bf16, bf16, fp32>(6, 30);         // bf16 activations and weights, fp32 output
+  random_cases<fp8_e4m3, fp8_e4m3, bf16>(7, 30); // fp8 forward operands, bf16 gradients
+  random_cases<fp32, bf16, fp8_e5m2>(8, 30);     // e5m2 gradients (the usual fp8 training split)
+}
