@@ -14,7 +14,9 @@
 #   clang    clang++-14 against Kokkos 3.4.1, -Werror: build (quick: the examples and one
 #            program per module) and run the test programs built
 #   hip      hipcc against Kokkos 4.6.01 HIP (gfx90a): compile only, nothing can run without
-#            the GPU (quick: the examples and one program per module)
+#            the GPU (quick: the examples and one program per module), so at -O1 throughout:
+#            every template is instantiated and every kernel compiled for the device as at -O3
+#            (what the part proves), for less compile time
 # quick compiles the examples, which clang and hip only build, with a reduced instantiation set
 # (-DTESSERA_EXAMPLES_REDUCED=ON: every precision, plan degrees 1 and 2, train_char_gpt's
 # default size; examples/example_instances.hpp) at -O1 (TESSERA_EXAMPLES_COMPILE_OPTIONS): the
@@ -135,7 +137,7 @@ run_part() {
       kokkos=$("$root/scripts/bootstrap.sh" kokkos-4.6-hip | tail -n 1) || return 1
       # Host code for any x86-64 (no -march=native), device code for gfx90a (from Kokkos).
       configure "$dir" "$kokkos" -DCMAKE_CXX_COMPILER=hipcc -DTESSERA_NATIVE=OFF \
-        "${example_opts[@]}" || return 1
+        "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" "${example_opts[@]}" || return 1
       local targets=()
       if [[ $mode == quick ]]; then
         targets=("${examples[@]}" "${representative[@]}")
