@@ -21,7 +21,8 @@
 # (-DTESSERA_EXAMPLES_REDUCED=ON: every precision, plan degrees 1 and 2, train_char_gpt's
 # default size; examples/example_instances.hpp) at -O1 (TESSERA_EXAMPLES_COMPILE_OPTIONS): the
 # proof that they compile warning-free costs a fraction of the full set at -O3 (issue 16,
-# benchmarks/compile/README.md). full compiles the whole set at -O3.
+# benchmarks/compile/README.md). full compiles the whole set at -O3 (the hip
+# part: at -O1, as above).
 # Build folders: $TESSERA_PORTABILITY_DIR (default build-portability/), one per part.
 # Prints each part's wall time and a summary; exits non-zero if any part failed.
 set -uo pipefail
