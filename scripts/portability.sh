@@ -110,7 +110,7 @@ build_and_test() {
   else
     local rc=0
     build "$dir" || rc=1
-    (cd "$dir" && OMP_PROC_BIND=false ctest -j "$jobs" --output-on-failure \
+    (cd "$dir" && OMP_PROC_BIND=false OMP_WAIT_POLICY=passive ctest -j "$jobs" --output-on-failure \
       >"$dir.ctest.log" 2>&1) || rc=1
     grep -E 'tests passed|tests failed' "$dir.ctest.log" >&2
     return $rc

@@ -48,10 +48,11 @@ built=$(date +%s)
 
 # ASan: stop at the first error; leak checking on (Kokkos 3.4 and libgomp free what they
 # allocate at Kokkos::finalize / exit: no leak suppression is needed). UBSan: print the stack
-# and stop. OMP_PROC_BIND=false: helpers share the machine's cores.
+# and stop. OMP_PROC_BIND=false: helpers share the machine's cores; OMP_WAIT_POLICY=passive:
+# CTest runs two OpenMP programs at once (scripts/test.sh).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+export OMP_PROC_BIND=${OMP_PROC_BIND:-false} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cd "$build"
 # Only the programs built above: Catch2 adds a *_NOT_BUILT test for each program not built,
 # and the compile_fail, headers and package tests configure and build projects of their own.

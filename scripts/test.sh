@@ -18,4 +18,10 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokk
   -DTESSERA_BUILD_TESTS=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 cd "$build"
-OMP_PROC_BIND=${OMP_PROC_BIND:-false} ctest --output-on-failure -j "$jobs" "$@"
+# CTest runs two programs at a time on two cores, most of them OpenMP with a thread per core.
+# OMP_WAIT_POLICY=passive: a thread that waits (at a parallel region's end) sleeps instead of
+# spinning, so the two programs' threads do not burn each other's time slices. Spinning, tests
+# of 0.1-1.6 s took 27-96 s each and CTest 575 s; passive, 187 s (AMD Zen 5, 2 cores, same
+# binaries, one sitting: benchmarks/compile/README.md).
+export OMP_PROC_BIND=${OMP_PROC_BIND:-false} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+ctest --output-on-failure -j "$jobs" "$@"
