@@ -62,7 +62,7 @@ struct bare_layer {
   explicit bare_layer(std::uint64_t) {}
   auto parameters() const { return boost::hana::make_tuple(); }
   template <class InExt>
-  static constexpr bool accepts = true;
+  [[maybe_unused]] static constexpr bool accepts = true; // unused by the checks below (clang)
   template <class InExt>
   using output_extents = InExt;
 };
