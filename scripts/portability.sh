@@ -138,7 +138,8 @@ run_part() {
       kokkos=$("$root/scripts/bootstrap.sh" kokkos-4.6-hip | tail -n 1) || return 1
       # Host code for any x86-64 (no -march=native), device code for gfx90a (from Kokkos).
       configure "$dir" "$kokkos" -DCMAKE_CXX_COMPILER=hipcc -DTESSERA_NATIVE=OFF \
-        "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DTESSERA_TESTS_COMPILE_OPTIONS= "${example_opts[@]}" || return 1
+        "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG" -DTESSERA_TESTS_COMPILE_OPTIONS= \
+        "${example_opts[@]}" || return 1
       local targets=()
       if [[ $mode == quick ]]; then
         targets=("${examples[@]}" "${representative[@]}")
