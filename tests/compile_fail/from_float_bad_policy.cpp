@@ -1,4 +1,5 @@
 // expect: OverflowPolicy<Policy>
+// expect (clang): because 'int' does not satisfy 'OverflowPolicy'
 // The overflow policy must be tessera::saturate or tessera::overflow_to_inf_nan; the compiler
 // names the unsatisfied concept.
 #include <tessera/precision.hpp>
