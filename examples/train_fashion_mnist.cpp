@@ -11,7 +11,7 @@
 //
 // --plan data=D,tensor=T,pipeline=P (D any of 1..4096, T and P each 1, 2 or 4; missing ones are
 // 1) trains with tessera::parallel::plan<data<dyn>, tensor<T>, pipeline<P>> over MPI (fp32, bf16
-// or fp8, fp8 without --zero, --checkpoint or --resume; its scaling states are kept equal on the
+// or fp8, fp8 without --zero; its scaling states are kept equal on the
 // ranks that share a tensor, parallel/fp8_sync.hpp, but current scaling measures each rank's slice:
 // within fp8 rounding of the single process, not bit-identical; built only when CMake found MPI,
 // TESSERA_EXAMPLE_WITH_MPI): T and P pick one of the nine

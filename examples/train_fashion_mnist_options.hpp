@@ -230,9 +230,6 @@ inline options parse_options(int argc, const char* const* argv) {
     throw usage_error("--zero " + std::to_string(o.zero) +
                       " with --precision fp8: the example instantiates its fp8 plans at ZeRO "
                       "stage 0 only (to bound its compile time); train fp8 without --zero");
-  if (o.precision == "fp8" && !o.plan.empty() && (!o.checkpoint.empty() || !o.resume.empty()))
-    throw usage_error("--precision fp8 --plan with --checkpoint or --resume: plan checkpoints "
-                      "do not hold fp8 scaling states yet; checkpoint fp8 in one process");
   return o;
 }
 

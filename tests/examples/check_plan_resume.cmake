@@ -8,13 +8,17 @@
 #  4. a run of another plan refuses DIR, naming both plans, before training;
 #  5. (with other_extra) the same plan with other_extra instead of extra (another --zero stage)
 #     refuses DIR, naming both stages.
-# Optional: `extra` (a list: flags for every plan run, e.g. "--zero;1"), `resume_extra` (flags
+# Optional: `precision` (--precision for every run, the single process's too), `extra` (a list:
+# flags for every plan run, e.g. "--zero;1"), `resume_extra` (flags
 # for the resumed run only, e.g. "--recompute": a switch that is not training state), and
 # `other_extra`.
 # -D exe=... -D mpiexec=... -D np_flag=... -D ranks=N -D plan=... -D other_plan=...
-# -D other_ranks=N -D dir=... -D tolerance=N [-D extra=...] [-D resume_extra=...]
-# [-D other_extra=...]
+# -D other_ranks=N -D dir=... -D tolerance=N [-D precision=...] [-D extra=...]
+# [-D resume_extra=...] [-D other_extra=...]
 set(common --limit 192 --batch 48 --test-limit 100 --no-progress --threads 1 --seed 5)
+if(DEFINED precision)
+  list(APPEND common --precision ${precision})
+endif()
 file(REMOVE_RECURSE ${dir})
 file(MAKE_DIRECTORY ${dir})
 set(ck ${dir}/plan_ck)

@@ -9,10 +9,15 @@
 // With a sharded optimizer (ZeRO stages 1 and 2, data 2): each rank's shard of the momentum
 // saved and restored (the next step bit for bit), another stage refused naming both, and the
 // merge gathering the shards (the next single-process step within the tolerance).
+// fp8 (the MLP in nn::fp8<delayed_scaling>): the scaling states (amax histories, scale amaxes)
+// saved with each rank's shard and restored bit for bit (the next step's weights and states the
+// uninterrupted run's), and merged into the single-process order: each stage's states at the
+// place of its layers in the whole model.
 // Run on 4 ranks (data 1, tensor 2, pipeline 2; data 2, tensor 2) and 8 ranks (2, 2, 2).
 #include "plan_check.hpp"
 
 #include <tessera/parallel/checkpoint.hpp>
+#include <tessera/parallel/fp8_sync.hpp>
 
 #include <unistd.h>
 
@@ -223,7 +228,138 @@ void check_zero_checkpoint(const char* tag) {
   if (world.rank() == 0) fs::remove_all(dir);
 }
 
+using fp8_delayed = nn::fp8<tessera::train::delayed_scaling>;
+using Fp8Model = MLP<fp8_delayed>;
+
+/// Every fp8 state of `model` (a model or a stage), in for_each_fp8_state's order: its history
+/// followed by its scale amax.
+template <class Layers>
+std::vector<std::vector<float>> fp8_values(Layers& model) {
+  std::vector<std::vector<float>> out;
+  tp::for_each_fp8_state(model, [&](const auto& meta) {
+    std::vector<float> v = meta.history();
+    v.push_back(meta.scale_amax());
+    out.push_back(std::move(v));
+  });
+  return out;
+}
+
+/// The number of fp8 states of the whole model's layers before layer Begin.
+template <std::size_t Begin, class Model>
+std::size_t fp8_states_before(Model& model) {
+  std::size_t n = 0;
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ((n += K < Begin ? tp::count_fp8_states(model.template layer<K>()) : 0), ...);
+  }
+  (std::make_index_sequence<Model::size()>{});
+  return n;
+}
+
+template <class Stage, class Opt>
+void train_fp8_steps(Stage& stage, Opt& opt, int first_step, int steps) {
+  Kokkos::DefaultExecutionSpace exec;
+  nn::SoftmaxCrossEntropy loss;
+  const int share = opts.global_batch / stage.mesh().shape.data;
+  const int first = stage.mesh().at.data * share;
+  for (int step = first_step; step < first_step + steps; ++step) {
+    auto x = make_input<Fp8Model>(share);
+    Kokkos::View<int*> labels("labels", share);
+    fill_batch(step, first, x, labels);
+    stage.forward_backward(exec, x, labels, loss);
+    opt.step(exec, stage.parameters());
+  }
+}
+
+template <class Plan>
+void check_fp8_checkpoint(const char* tag) {
+  auto world = tp::mpi_communicator::world();
+  if (world.size() != Plan::world_size) return;
+  const fs::path dir = scratch_dir(tag);
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  std::map<std::string, std::vector<float>> saved, after_three;
+  std::vector<std::vector<float>> saved_fp8, after_three_fp8;
+  std::size_t before = 0; // fp8 states of the whole model before this rank's stage
+  const tessera::train::run_state at_two{.step = 2, .epoch = 0, .data_seed = 9, .precision = "fp8"};
+  tp::with_plan_stage<Plan, Fp8Model, Kind, M>(
+      mesh, opts.seed, opts.bucket_bytes, [&](auto& stage) {
+        tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+        tessera::train::static_scaler scaler;
+        train_fp8_steps(stage, opt, 0, 2);
+        saved = stage.gather_parameters();
+        saved_fp8 = fp8_values(stage.stage());
+        tp::save_plan_checkpoint(dir, stage, opt, scaler, at_two);
+        // A directory whose tensor ranks disagree (one state changed on tensor rank 1 only; a
+        // mixed-up or corrupt checkpoint): the merge refuses it, naming the stage.
+        if (stage.mesh().at.tensor == 1)
+          tp::for_each_fp8_state(stage.stage(), [first = true](auto& meta) mutable {
+            if (first) meta.restore({1.f, 2.f}, 2.f);
+            first = false;
+          });
+        tp::save_plan_checkpoint(dir / "mixed", stage, opt, scaler, at_two);
+        if (world.rank() == 0)
+          CHECK_THROWS_WITH(tp::merge_plan_checkpoint(dir / "mixed", dir / "mixed.tsr"),
+                            Catch::Contains("fp8 scaling states of pipeline stage") &&
+                                Catch::Contains("differ between tensor ranks 0 and 1"));
+        tp::for_each_fp8_state(stage.stage(), [&, k = std::size_t(0)](auto& meta) mutable {
+          const std::vector<float>& v = saved_fp8[k++];
+          meta.restore(std::vector<float>(v.begin(), v.end() - 1), v.back());
+        });
+        train_fp8_steps(stage, opt, 2, 1);
+        after_three = stage.gather_parameters();
+        after_three_fp8 = fp8_values(stage.stage());
+        Fp8Model whole(1);
+        before = fp8_states_before<std::remove_cvref_t<decltype(stage.stage())>::begin>(whole);
+      });
+  REQUIRE(!saved_fp8.empty());
+  REQUIRE(saved_fp8.front().size() == 3); // two history entries and the scale amax
+  // Restored into a differently seeded run that has trained a step (other histories).
+  tp::with_plan_stage<Plan, Fp8Model, Kind, M>(mesh, 12345, opts.bucket_bytes, [&](auto& stage) {
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp8"};
+    train_fp8_steps(stage, opt, 0, 1);
+    CHECK(fp8_values(stage.stage()) != saved_fp8);
+    tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
+    CHECK(run.step == 2);
+    CHECK(stage.gather_parameters() == saved);
+    CHECK(fp8_values(stage.stage()) == saved_fp8);
+    train_fp8_steps(stage, opt, 2, 1);
+    CHECK(stage.gather_parameters() == after_three); // bit for bit
+    CHECK(fp8_values(stage.stage()) == after_three_fp8);
+  });
+  // Merged: the single-process model gets each stage's states where its layers are.
+  if (world.rank() == 0) tp::merge_plan_checkpoint(dir, dir / "whole.tsr");
+  world.barrier();
+  {
+    Fp8Model model(99);
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp8"};
+    tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run,
+                                    model.fp8_states());
+    CHECK(run.step == 2);
+    const auto merged = values_by_name(model.parameters());
+    for (const auto& [name, v] : saved) CHECK(merged.at(name) == v);
+    const auto whole = fp8_values(model);
+    REQUIRE(whole.size() >= before + saved_fp8.size());
+    for (std::size_t k = 0; k < saved_fp8.size(); ++k) CHECK(whole[before + k] == saved_fp8[k]);
+    // Without the fp8 states the merged file is refused (its fp8 records are left over).
+    Fp8Model plain(99);
+    CHECK_THROWS_WITH(
+        tessera::train::load_checkpoint(dir / "whole.tsr", plain.parameters(), opt, scaler, run),
+        Catch::Contains("fp8/0/"));
+  }
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
 } // namespace
+
+TEST_CASE("plan checkpoints: fp8 scaling states saved, restored and merged", "[parallel]") {
+  check_fp8_checkpoint<tp::plan<tp::tensor<2>, tp::pipeline<2>>>("fp8t2p2");
+  check_fp8_checkpoint<tp::plan<tp::data<2>, tp::tensor<2>>>("fp8d2t2");
+  check_fp8_checkpoint<tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>>("fp8d2t2p2");
+}
 
 TEST_CASE("plan checkpoints with a sharded optimizer: ZeRO stages 1 and 2", "[parallel]") {
   check_zero_checkpoint<tp::plan<tp::data<2, tp::zero<1>>, tp::tensor<2>>,

@@ -11,8 +11,10 @@
 ///
 /// The directory holds
 ///   rank-<r>.tsr   train::save_checkpoint of rank r: its stage's parameter shards (named as in
-///                  the single-process model), the optimizer state of those shards, the scaler
-///                  and the run state;
+///                  the single-process model), the optimizer state of those shards, the scaler,
+///                  the run state, and the fp8 scaling states of its stage's layers (numbered
+///                  from 0 in the stage, in parallel::for_each_fp8_state's order; none without
+///                  fp8 layers);
 ///   rank-<r>.txt   what rank r holds, one line per item:
 ///                    tessera-plan-shard 1
 ///                    rank <r> data <d> tensor <t> pipeline <p>
@@ -32,10 +34,26 @@
 /// optimizer slots are first put together per rank from the D pieces of its data group (in
 /// element order), its step count taken from the pieces of data rank 0. A resume must use the
 /// plan and ZeRO stage it was saved with (others refused, naming both).
+///
+/// fp8: parallel/fp8_sync.hpp keeps every fp8 state equal on the ranks that share it (a data
+/// group and a tensor group), so the merge takes each pipeline stage's states from its rank of
+/// tensor (and data) coordinate 0, refuses the merge if another rank of the stage holds other
+/// bits, and renumbers them after the earlier stages' states: the single-process model's order
+/// (model.fp8_states()). A resume under the same plan restores them bit for bit. After a merge
+/// one difference from the single process's states remains under a data split of D: each rank's
+/// loss is the mean over its share of the batch, so the output-gradient states hold amaxes D
+/// times the single process's (fp8_sync.hpp); a single-process run resumed from the merge
+/// starts with gradient scales 1/D of its own (a power of two for D = 2, 4, 8: payloads
+/// unchanged unless they leave E5M2's range), which its history replaces within history_len
+/// steps under delayed scaling and at once under current scaling.
 
 #include <tessera/parallel/runner.hpp>
 #include <tessera/train/checkpoint.hpp>
 
+#include <boost/hana/flatten.hpp>
+#include <boost/hana/tuple.hpp>
+
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -205,6 +223,37 @@ inline bool is_plan_checkpoint(const std::filesystem::path& dir) {
 
 namespace detail {
 
+/// The fp8 scaling states of `model` (a layer, nn::Sequential or pipeline stage) as one
+/// boost::hana tuple of train::fp8_meta pointers, in for_each_fp8_state's order: what a plan
+/// checkpoint saves per rank.
+template <class Model>
+auto fp8_state_tuple(Model& model) {
+  if constexpr (requires { model.fp8_states(); }) {
+    return model.fp8_states();
+  } else if constexpr (requires { model.template layer<0>(); }) {
+    return [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return boost::hana::flatten(
+          boost::hana::make_tuple(fp8_state_tuple(model.template layer<K>())...));
+    }
+    (std::make_index_sequence<Model::size()>{});
+  } else {
+    return boost::hana::make_tuple();
+  }
+}
+
+/// "fp8/<k>/<rest>" -> k, or -1 for a record name of another kind.
+inline long fp8_index_of(const std::string& record) {
+  if (record.rfind("fp8/", 0) != 0) return -1;
+  const std::size_t slash = record.find('/', 4);
+  if (slash == std::string::npos || slash == 4) return -1;
+  long k = 0;
+  for (std::size_t i = 4; i < slash; ++i) {
+    if (record[i] < '0' || record[i] > '9') return -1;
+    k = 10 * k + (record[i] - '0');
+  }
+  return k;
+}
+
 inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r,
                                        const char* ext = ".tsr") {
   return dir / ("rank-" + std::to_string(r) + ext);
@@ -294,7 +343,8 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
   detail::save_plan(
       dir, stage, 0,
       [&](const std::filesystem::path& f) {
-        train::save_checkpoint(f, stage.parameters(), opt, scaler, run);
+        train::save_checkpoint(f, stage.parameters(), opt, scaler, run,
+                               detail::fp8_state_tuple(stage.stage()));
       },
       [](const std::filesystem::path&) {});
 }
@@ -313,7 +363,8 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
   detail::save_plan(
       dir, stage, Z,
       [&](const std::filesystem::path& f) {
-        train::save_checkpoint(f, stage.parameters(), blank, scaler, run);
+        train::save_checkpoint(f, stage.parameters(), blank, scaler, run,
+                               detail::fp8_state_tuple(stage.stage()));
       },
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, opt.pieces(), opt.optimizer(), scaler, run);
@@ -329,7 +380,8 @@ void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, Optimi
                           Scaler& scaler, train::run_state& run) {
   train::run_state staged = run;
   detail::load_plan(dir, stage, 0, [&](int r) {
-    train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), opt, scaler, staged);
+    train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), opt, scaler, staged,
+                           detail::fp8_state_tuple(stage.stage()));
   });
   run = staged;
 }
@@ -352,7 +404,8 @@ void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
     // the sharded optimizer state is applied only when both loaded.
     train::load_checkpoint(detail::rank_file(dir, r, ".zero.tsr"), opt.pieces(), sharded,
                            scaler_copy, zero_run);
-    train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), blank, scaler, staged);
+    train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), blank, scaler, staged,
+                           detail::fp8_state_tuple(stage.stage()));
     opt.optimizer() = std::move(sharded);
   });
   run = staged;
@@ -453,8 +506,14 @@ inline void merge_plan_checkpoint(const std::filesystem::path& dir,
   std::vector<ck::record> merged;
   for (const source& s : sources)
     for (const auto& e : s.fragment.params) spec[e.name] = e;
+  // fp8 states: per pipeline stage, by tensor coordinate, the records of that rank.
+  std::map<int, std::map<int, std::vector<const ck::parsed_record*>>> fp8_records;
   for (const source& s : sources)
     for (const ck::parsed_record& rec : s.records) {
+      if (detail::fp8_index_of(rec.name) >= 0) {
+        fp8_records[s.fragment.pipeline][s.fragment.tensor].push_back(&rec);
+        continue;
+      }
       const std::string param = detail::parameter_of(rec.name);
       if (param.empty()) {
         if (s.fragment.rank == 0)
@@ -500,6 +559,34 @@ inline void merge_plan_checkpoint(const std::filesystem::path& dir,
     ck::record whole{name, ck::dtype::f32, shape, std::vector<unsigned char>(values.size() * 4)};
     std::memcpy(whole.payload.data(), values.data(), whole.payload.size());
     merged.push_back(std::move(whole));
+  }
+  // Each stage's fp8 states: equal on its tensor ranks (fp8_sync.hpp), renumbered after the
+  // states of the stages before it.
+  long offset = 0;
+  for (const auto& [p, by_tensor] : fp8_records) {
+    const auto& mine = by_tensor.begin()->second;
+    for (const auto& [t, recs] : by_tensor) {
+      bool same = recs.size() == mine.size();
+      for (std::size_t i = 0; same && i < recs.size(); ++i)
+        same = recs[i]->name == mine[i]->name && recs[i]->type == mine[i]->type &&
+               recs[i]->shape == mine[i]->shape && recs[i]->bytes == mine[i]->bytes &&
+               std::memcmp(recs[i]->data, mine[i]->data, recs[i]->bytes) == 0;
+      if (!same)
+        throw value_error(who + ": the fp8 scaling states of pipeline stage " + std::to_string(p) +
+                          " differ between tensor ranks " +
+                          std::to_string(by_tensor.begin()->first) + " and " + std::to_string(t) +
+                          " (every rank that shares a tensor holds its state: a corrupt or mixed "
+                          "checkpoint directory?)");
+    }
+    long count = 0;
+    for (const ck::parsed_record* rec : mine) {
+      const long k = detail::fp8_index_of(rec->name);
+      count = std::max(count, k + 1);
+      const std::string rest = rec->name.substr(rec->name.find('/', 4));
+      merged.push_back({"fp8/" + std::to_string(offset + k) + rest, rec->type, rec->shape,
+                        std::vector<unsigned char>(rec->data, rec->data + rec->bytes)});
+    }
+    offset += count;
   }
   ck::write_file_atomically(who, out, ck::serialize(merged));
 }
