@@ -11,7 +11,7 @@
 //
 // --plan data=D,tensor=T,pipeline=P (D any of 1..4096, T and P each 1, 2 or 4; missing ones are
 // 1) trains with tessera::parallel::plan<data<dyn>, tensor<T>, pipeline<P>> over MPI (fp32, bf16
-// or fp8, fp8 without --zero; its scaling states are kept equal on the
+// or fp8; fp8's scaling states are kept equal on the
 // ranks that share a tensor, parallel/fp8_sync.hpp, but current scaling measures each rank's slice:
 // within fp8 rounding of the single process, not bit-identical; built only when CMake found MPI,
 // TESSERA_EXAMPLE_WITH_MPI): T and P pick one of the nine
@@ -606,13 +606,9 @@ int run_any_plan(const options& o) {
   return examples::with_plan_degrees("train_fashion_mnist", o.plan_tensor, o.plan_pipeline,
                                      [&](auto t, auto p) {
                                        constexpr int T = decltype(t)::value, P = decltype(p)::value;
-                                       // fp8: ZeRO stage 0 only (the options refuse --zero).
-                                       if constexpr (nn::is_fp8_compute<Prec>::value)
-                                         return run_plan<Prec, T, P, 0>(o);
-                                       else
-                                         return o.zero == 2   ? run_plan<Prec, T, P, 2>(o)
-                                                : o.zero == 1 ? run_plan<Prec, T, P, 1>(o)
-                                                              : run_plan<Prec, T, P, 0>(o);
+                                       return o.zero == 2   ? run_plan<Prec, T, P, 2>(o)
+                                              : o.zero == 1 ? run_plan<Prec, T, P, 1>(o)
+                                                            : run_plan<Prec, T, P, 0>(o);
                                      });
 }
 #endif

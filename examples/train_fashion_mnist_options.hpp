@@ -226,10 +226,6 @@ inline options parse_options(int argc, const char* const* argv) {
     throw usage_error("--zero " + std::to_string(o.zero) +
                       " shards the optimizer over the data-parallel ranks of a --plan run; give "
                       "--plan data=D,... too");
-  if (o.precision == "fp8" && o.zero != 0)
-    throw usage_error("--zero " + std::to_string(o.zero) +
-                      " with --precision fp8: the example instantiates its fp8 plans at ZeRO "
-                      "stage 0 only (to bound its compile time); train fp8 without --zero");
   return o;
 }
 

@@ -7,7 +7,11 @@
 #    within `tolerance` (1e-6 units) of the unsharded run's;
 #  - both print their memory line ("zero stage S, D=..., ... bytes/parameter; formula ...").
 # -D exe=... -D mpiexec=... -D np_flag=... -D cases="ranks|plan|data;..." -D tolerance=N
+# [-D precision=fp32|bf16|fp8]
 set(common --limit 192 --batch 48 --test-limit 100 --no-progress --threads 1 --seed 3)
+if(DEFINED precision)
+  list(APPEND common --precision ${precision})
+endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/plan_signatures.cmake)
 
