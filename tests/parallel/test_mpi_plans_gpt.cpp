@@ -25,41 +25,24 @@
 // (tiled core: the log-sum-exp per row, not the probabilities), equal to a formula from the
 // shapes at t = 64, 128, 256 (nn::saved_activation_bytes), and its outputs and input gradients
 // match the whole layer's (1 rank; pairs of ranks splitting the heads 2 ways).
-#include "plan_check.hpp"
-
-#include <tessera/nn/embedding.hpp>
-
-#include <boost/hana/concat.hpp>
-
-#include <mpi.h>
+#include "gpt_run.hpp"
 
 #include <cstdint>
 #include <random>
 
 using namespace tessera_test;
+using namespace tessera_test::gpt;
 
 namespace {
 
-constexpr tessera::index_t V = 13, D = 8, H = 2, T = 6;
 using P = tessera::fp32;
 
-using attn_block = nn::Residual<nn::LayerNorm<D>, nn::CausalSelfAttention<D, H, P>>;
-using mlp_block =
-    nn::Residual<nn::LayerNorm<D>, nn::Linear<D, 4 * D, P>, nn::GELU, nn::Linear<4 * D, D, P>>;
-
-/// The plan model: token embedding, position embedding, 2 blocks, LN_f, lm_head.
-using GPT = nn::Sequential<nn::TokenEmbedding<V, D, T>, nn::PositionEmbedding<T, D>, attn_block,
-                           mlp_block, attn_block, mlp_block, nn::LayerNorm<D>, nn::Linear<D, V, P>>;
-/// The example's body (everything after the token embedding).
-using Body = nn::Sequential<nn::PositionEmbedding<T, D>, attn_block, mlp_block, attn_block,
-                            mlp_block, nn::LayerNorm<D>, nn::Linear<D, V, P>>;
-
 // The balanced 2-stage cut falls between blocks (after layer 3 or 4 of 8).
-constexpr auto gpt_bounds = tp::stage_bounds<GPT, 2>::value;
+constexpr auto gpt_bounds = tp::stage_bounds<GPT<P>, 2>::value;
 static_assert(gpt_bounds[1] >= 3 && gpt_bounds[1] <= 5);
 
 // The tensor split of the blocks: attention by heads, the MLP column then row, LN replicated.
-using Split = tp::tensor_split_t<GPT, 2>;
+using Split = tp::tensor_split_t<GPT<P>, 2>;
 using split_attn = std::remove_cvref_t<decltype(std::declval<Split&>().template layer<2>())>;
 using split_mlp = std::remove_cvref_t<decltype(std::declval<Split&>().template layer<3>())>;
 static_assert(
@@ -70,135 +53,11 @@ static_assert(
                                   2, nn::LayerNorm<D>, tp::ColumnParallelLinear<D, 4 * D, 2, P>,
                                   nn::GELU, tp::RowParallelLinear<4 * D, D, 2, P>>>);
 
-using ids_view = Kokkos::View<std::int32_t**>;
-
-/// Ids and targets in [0, V) of sample s at step t, the same on every rank.
-void fill_tokens(int step, int first, ids_view& ids, ids_view& targets) {
-  for (std::size_t s = 0; s < ids.extent(0); ++s) {
-    std::mt19937 g(std::uint32_t(7919 * step + 104729 * (first + int(s)) + 3));
-    for (std::size_t i = 0; i < ids.extent(1); ++i) {
-      ids(s, i) = std::int32_t(g() % V);
-      targets(s, i) = std::int32_t(g() % V);
-    }
-  }
-}
-
-constexpr float lr = 0.05f, momentum = 0.9f;
-
-/// The single-process reference: nn::Embedding + Body on the whole batch, initialised with the
-/// plan model's initial values (tok = "0.weight", body layer k = plan layer k + 1).
-std::map<std::string, std::vector<float>> gpt_reference(const run_options& o) {
-  Kokkos::DefaultExecutionSpace exec;
-  const auto init = values_by_name(GPT(o.seed).parameters());
-  nn::Embedding<V, D> tok;
-  Body body;
-  auto renamed = [](const std::string& name, int shift) {
-    const auto dot = name.find('.');
-    return std::to_string(std::stoi(name.substr(0, dot)) + shift) + name.substr(dot);
-  };
-  const auto& w0 = init.at("0.weight");
-  std::copy(w0.begin(), w0.end(), tok.weight().value.data());
-  boost::hana::for_each(body.parameters(), [&](const auto& p) {
-    const auto& w = init.at(renamed(p.name, 1));
-    REQUIRE(std::size_t(p.size()) == w.size());
-    std::copy(w.begin(), w.end(), p.value.data());
-  });
-  tessera::train::sgd opt{.lr = lr, .momentum = momentum};
-  nn::SoftmaxCrossEntropy loss;
-  ids_view ids("ids", o.global_batch, T), targets("targets", o.global_batch, T);
-  for (int step = 0; step < o.steps; ++step) {
-    fill_tokens(step, 0, ids, targets);
-    auto y = body.forward(exec, tok.forward(exec, ids));
-    auto [l, dlogits] = loss.forward_backward(exec, y, targets);
-    (void)l;
-    tok.backward(exec, body.backward(exec, dlogits, true));
-    opt.step(exec, boost::hana::concat(tok.parameters(), body.parameters()));
-  }
-  std::map<std::string, std::vector<float>> out;
-  out["0.weight"].assign(tok.weight().value.data(),
-                         tok.weight().value.data() + tok.weight().size());
-  boost::hana::for_each(body.parameters(), [&](const auto& p) {
-    out[renamed(p.name, 1)].assign(p.value.data(), p.value.data() + p.size());
-  });
-  return out;
-}
-
-/// Training under Plan: this rank's stage of the split GPT on its data share, M micro-batches;
-/// the whole values of its stage's parameters by name.
-template <class Plan, int M>
-std::map<std::string, std::vector<float>> gpt_plan(const run_options& o) {
-  auto world = tp::mpi_communicator::world();
-  Kokkos::DefaultExecutionSpace exec;
-  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
-  std::map<std::string, std::vector<float>> result;
-  tp::with_plan_stage<Plan, GPT, tp::one_f_one_b, M>(
-      mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
-        tessera::train::sgd opt{.lr = lr, .momentum = momentum};
-        nn::SoftmaxCrossEntropy loss;
-        const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
-        ids_view ids("ids", share, T), targets("targets", share, T);
-        for (int step = 0; step < o.steps; ++step) {
-          fill_tokens(step, first, ids, targets);
-          stage.forward_backward(exec, ids, targets, loss);
-          opt.step(exec, stage.parameters());
-        }
-        result = stage.gather_parameters();
-      });
-  return result;
-}
-
-/// The largest |w - w_ref| over this rank's parameters (-1 if a name or size does not match),
-/// and the check that every parameter is on D * T ranks.
-template <class Plan>
-float compare(const std::map<std::string, std::vector<float>>& got,
-              const std::map<std::string, std::vector<float>>& reference) {
-  float diff = 0;
-  for (const auto& [name, values] : got) {
-    const auto it = reference.find(name);
-    if (it == reference.end() || it->second.size() != values.size()) return -1;
-    for (std::size_t i = 0; i < values.size(); ++i)
-      diff = std::max(diff, std::fabs(it->second[i] - values[i]));
-  }
-  int mine = int(got.size()), total = 0;
-  MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  CHECK(total == int(reference.size()) * Plan::data_size * Plan::tensor_size);
-  return diff;
-}
-
-template <class Plan>
-bool check_gpt_plan(const run_options& o,
-                    const std::map<std::string, std::vector<float>>& reference) {
-  if (!Plan::fits(tp::mpi_communicator::world().size())) return false;
-  constexpr int M = Plan::pipeline_size > 1 ? 2 : 1;
-  REQUIRE(o.global_batch % (Plan::data_size * M) == 0);
-  const float diff = compare<Plan>(gpt_plan<Plan, M>(o), reference);
-  float worst = diff;
-  MPI_Allreduce(&diff, &worst, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-  if (tp::mpi_communicator::world().rank() == 0)
-    WARN("char GPT " << Plan::name() << " (" << M
-                     << " micro-batches): max |w - w_ref| = " << worst);
-  INFO("char GPT " << Plan::name());
-  CHECK(diff >= 0); // names and sizes match the reference's
-  if constexpr (Plan::data_size == 1 && Plan::tensor_size == 1 && Plan::pipeline_size == 1)
-    CHECK(diff == 0.f); // the same arithmetic as the single process
-  else
-    CHECK(diff <= fp32_tolerance);
-  return true;
-}
-
 } // namespace
 
 TEST_CASE("plans: tiny character GPT fp32 against the single process", "[parallel][gpt]") {
-  const run_options o{.global_batch = 8, .steps = 3};
-  const auto reference = gpt_reference(o);
-  // The reference trained (a test that cannot fail otherwise): the lm_head moved.
-  const auto start = values_by_name(GPT(o.seed).parameters());
-  CHECK(start.at("7.weight") != reference.at("7.weight"));
-  const int ran = [&]<class... Plans>(std::tuple<Plans...>*) {
-    return (int(check_gpt_plan<Plans>(o, reference)) + ... + 0);
-  }(static_cast<all_plans*>(nullptr));
-  const int n = tp::mpi_communicator::world().size();
-  CHECK(ran == (n == 1 ? 1 : n == 2 ? 3 : n == 4 ? 3 : n == 8 ? 1 : 0));
+  const int ran = gpt::check_gpt_plans<P>({.global_batch = 8, .steps = 3}, fp32_tolerance);
+  CHECK(ran == gpt::plans_for(tp::mpi_communicator::world().size()));
 }
 
 namespace {
