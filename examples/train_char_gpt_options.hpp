@@ -164,8 +164,6 @@ inline options parse_options(int argc, const char* const* argv) {
     throw usage_error("--accum " + std::to_string(o.accum) + ": must divide --batch " +
                       std::to_string(o.batch));
   if (!o.plan.empty()) { // train_fashion_mnist's syntax and rules (fashion::detail::parse_plan)
-    if (o.precision != "fp32")
-      throw usage_error("--plan trains in fp32 (the example instantiates its plans for fp32 only)");
     if (o.accum != 1)
       throw usage_error("--plan does not take --accum (the plan run splits the batch into "
                         "micro-batches itself)");

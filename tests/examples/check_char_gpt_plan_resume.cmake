@@ -8,9 +8,13 @@
 #     same step 6 validation loss and the same sample; steps 1 to 3 not trained again;
 #  3. a run of another plan refuses DIR, naming both plans, before training.
 # -D exe=... -D mpiexec=... -D np_flag=... -D ranks=N -D plan=... -D other_ranks=N
-# -D other_plan=... -D dir=...
+# -D other_plan=... -D dir=... [-D precision=fp32|bf16|fp8] (bf16 and fp8: the dynamic loss
+# scaler's state and the fp8 scaling states restored too)
 set(common --steps 6 --warmup 1 --batch 4 --eval-every 3 --sample-len 40 --no-progress
            --threads 1 --seed 3)
+if(DEFINED precision)
+  list(APPEND common --precision ${precision})
+endif()
 file(REMOVE_RECURSE ${dir})
 file(MAKE_DIRECTORY ${dir})
 set(ck ${dir}/plan_ck)

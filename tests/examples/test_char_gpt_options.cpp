@@ -1,8 +1,8 @@
 // The command line of examples/train_char_gpt.cpp (chargpt::parse_options): defaults, every flag
 // with a good value parsed to that value, bad values refused with a usage_error naming the flag,
 // and the cross-flag rules (--warmup <= --steps, --accum divides --batch, the default warm-up
-// capped at a tenth of a short run), and --plan (train_fashion_mnist's syntax, fp32 only, none of
-// --accum, --checkpoint, --resume, --stop-at).
+// capped at a tenth of a short run), and --plan (train_fashion_mnist's syntax, any precision, not
+// with --accum).
 #include "support/messages.hpp"
 #include "train_char_gpt_options.hpp"
 
@@ -178,8 +178,9 @@ TEST_CASE("train_char_gpt: --plan, with train_fashion_mnist's syntax and rules",
                          what_contains({"leading zeros"}));
   REQUIRE_THROWS_MATCHES(parse({"--plan", "width=2"}), chargpt::usage_error,
                          what_contains({"'width=2' is not one of"}));
-  REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--precision", "bf16"}), chargpt::usage_error,
-                         what_contains({"--plan trains in fp32"}));
+  // Plans train in every precision.
+  for (const char* prec : {"fp32", "bf16", "fp8"})
+    CHECK(parse({"--plan", "data=2", "--precision", prec}).precision == prec);
   REQUIRE_THROWS_MATCHES(parse({"--plan", "data=2", "--accum", "2"}), chargpt::usage_error,
                          what_contains({"--plan does not take --accum"}));
   // A plan run saves and resumes plan checkpoints (directories) and may stop early.
