@@ -173,7 +173,8 @@ float state_difference(const states& got, const states& ref, float grad_factor, 
 /// Checks 1-4 of the file comment for a plan run `got` against the single process's `ref`.
 template <class Mesh>
 void compare_with_reference(const char* what, const std::string& plan_name, Mesh& mesh,
-                            const result& got, const result& ref) {
+                            const result& got, const result& ref,
+                            float weight_tolerance = fp8_tolerance) {
   const tp::mesh_shape shape = mesh.shape;
   auto& world = mesh.world;
   INFO(what << " " << plan_name << " as " << shape.name());
@@ -207,13 +208,14 @@ void compare_with_reference(const char* what, const std::string& plan_name, Mesh
   if (world.rank() == 0)
     WARN(what << " " << plan_name << " as " << shape.name() << ": max |w - w_ref| = " << all[0]
               << ", max relative fp8 state difference = " << all[1]);
-  CHECK(diff <= fp8_tolerance);
+  CHECK(diff <= weight_tolerance);
 }
 
 /// One plan against the single process's `ref`: plain steps (k_steps 0: forward_backward), or
 /// k_steps accumulation steps per optimizer step (plan_stage::forward_backward_accumulated).
 template <class Model, class Plan, class Kind, int M>
-bool check_fp8_plan(const char* what, const run_options& o, const result& ref, int k_steps = 0) {
+bool check_fp8_plan(const char* what, const run_options& o, const result& ref, int k_steps = 0,
+                    float weight_tolerance = fp8_tolerance) {
   auto world = tp::mpi_communicator::world();
   if (!Plan::fits(world.size())) return false;
   const tp::mesh_shape shape = Plan::shape_on(world.size());
@@ -245,7 +247,7 @@ bool check_fp8_plan(const char* what, const run_options& o, const result& ref, i
     got.weights = stage.gather_parameters();
     got.fp8 = states_of<std::remove_cvref_t<decltype(stage.stage())>::begin>(stage.stage());
   });
-  compare_with_reference(what, Plan::name(), mesh, got, ref);
+  compare_with_reference(what, Plan::name(), mesh, got, ref, weight_tolerance);
   return true;
 }
 
@@ -294,4 +296,35 @@ TEST_CASE("plans: fp8 with gradient accumulation records one amax per accumulati
             ... + 0);
   }(static_cast<all_plans*>(nullptr));
   CHECK(ran >= 1);
+}
+
+TEST_CASE("plans: fp8 current scaling agrees on every cast's amax under data and tensor splits",
+          "[parallel]") {
+  // Current scaling quantizes each tensor with the scale of its own amax, measured just before.
+  // A rank holds a slice (its data share, its tensor shard); the plan stage max-reduces the
+  // slice's amax over the data and tensor groups inside every cast (parallel/fp8_sync.hpp), so
+  // every rank uses the single process's scale (the output gradients' times D: the same
+  // payloads) and, without micro-batches, the plans differ from the single process only in the
+  // order of fp32 sums, as delayed scaling does. Measured on Zen 5: max |w - w_ref| 0 to 3e-8
+  // over the six plans. Without the reduction each slice gets its own scale, the roundings
+  // differ from the first cast on, and the weights by 6.6e-4 to 1.6e-3 (measured, every plan
+  // here). current_tolerance lies between: an fp32-ulp difference of a sum that happens to
+  // cross an fp8 rounding boundary (odds of order 2^-19 per element) moves one gradient term
+  // by at most 2^-3 of it, ~1e-4 in the weights after 6 steps of lr 0.05 at this model's
+  // |x dy| <~ 0.1.
+  using fp8_current = nn::fp8<tessera::train::current_scaling>;
+  using Model = MLP<fp8_current>;
+  constexpr float current_tolerance = 2e-4f;
+  const run_options o{.global_batch = 16, .steps = 6};
+  const auto ref = reference_run<Model>(o);
+  using plans = std::tuple<tp::plan<tp::data<2>>, tp::plan<tp::tensor<2>>,
+                           tp::plan<tp::data<2>, tp::tensor<2>>, tp::plan<tp::data<4>>,
+                           tp::plan<tp::tensor<4>>, tp::plan<tp::data<2>, tp::tensor<4>>>;
+  const int ran = [&]<class... P>(std::tuple<P...>*) {
+    return (int(check_fp8_plan<Model, P, tp::one_f_one_b, 1>("MLP fp8 current", o, ref, 0,
+                                                             current_tolerance)) +
+            ... + 0);
+  }(static_cast<plans*>(nullptr));
+  const int n = tp::mpi_communicator::world().size();
+  CHECK(ran == (n == 2 ? 2 : n == 4 ? 3 : n == 8 ? 1 : 0));
 }

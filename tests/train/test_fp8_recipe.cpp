@@ -258,3 +258,33 @@ TEST_CASE("fp8_meta: deferred records keep the step's scale, commit records one 
   cur.commit(cur.pending_amax());
   CHECK(cur.scale_amax() == 8.f);
 }
+
+TEST_CASE("fp8_meta: an installed amax reduction gives current_amax the whole tensor's amax",
+          "[train][fp8]") {
+  fp8_meta<current_scaling> meta;
+  CHECK(meta.current_amax(3.f) == 3.f); // no reduction: the slice's own
+  // A stand-in for the ranks that share the tensor: the other slice's amax is 5.
+  float other = 5.f;
+  int calls = 0;
+  struct context {
+    float* other;
+    int* calls;
+  } ctx{&other, &calls};
+  meta.reduce_current_amax_with(
+      [](void* c, float amax) {
+        auto& x = *static_cast<context*>(c);
+        ++*x.calls;
+        return amax > *x.other ? amax : *x.other;
+      },
+      &ctx);
+  CHECK(meta.current_amax(3.f) == 5.f);
+  CHECK(meta.current_amax(9.f) == 9.f);
+  CHECK(calls == 2);
+  // The scale is the one of the reduced amax, as for the single process's whole tensor.
+  CHECK(meta.scale<fp8_e4m3>(meta.current_amax(3.f)) == meta.scale<fp8_e4m3>(5.f));
+  // Copies (checkpoint staging, nn::Recompute's save and restore) keep it; null removes it.
+  const fp8_meta<current_scaling> copy = meta;
+  CHECK(copy.current_amax(1.f) == 5.f);
+  meta.reduce_current_amax_with(nullptr, nullptr);
+  CHECK(meta.current_amax(1.f) == 1.f);
+}

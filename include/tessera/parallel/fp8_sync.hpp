@@ -28,13 +28,17 @@
 ///    (D a power of two), but at the first step (scale 1, no history yet) gradients in E5M2's
 ///    subnormal range keep bits the single process rounds away.
 ///  - current scaling (train::current_scaling): the scale of a quantization comes from the amax
-///    of the slice being quantized, measured just before, on this rank alone (agreeing on it
-///    would take a collective inside every forward and backward). A rank's scale is then at
-///    least the single process's (its slice's amax is at most the tensor's), so each slice is
-///    quantized with at least as much precision, but the roundings differ from the single
-///    process's: results agree only within fp8's rounding (E4M3 2^-4, E5M2 2^-3 relative per
-///    operand), not to the order of sums. The fallback scale (the last usable amax, used when
-///    a tensor's amax is zero or not finite) is synchronised like a delayed history entry.
+///    of the tensor being quantized, measured just before. A plan stage makes each of its
+///    current-scaling states agree on it (reduce_current_amaxes: the slice's amax, max-reduced
+///    over the tensor group and the data group, one all-gather of a float on each inside every
+///    cast), so under data and tensor splits every rank quantizes with the single process's
+///    scale (the output gradients' times D, a power of two for D = 2, 4, 8: the same payloads)
+///    and the plans differ from it only in the order of fp32 sums, as with delayed scaling.
+///    Under a pipeline with M > 1 micro-batches each micro-batch is quantized as it comes, with
+///    the amax of the micro-batch (over the groups), before the step's other micro-batches
+///    exist: there the results agree with the single process only within fp8's rounding (E4M3
+///    2^-4, E5M2 2^-3 relative per operand). The fallback scale (the last usable amax, used
+///    when a tensor's amax is zero or not finite) is synchronised like a delayed history entry.
 ///
 /// A step is one plan_stage::forward_backward or plan_stage::evaluate (parallel/runner.hpp calls
 /// sync_fp8_states at the end of both). Every rank of a group must call it the same number of
@@ -79,6 +83,48 @@ std::size_t count_fp8_states(Model& model) {
   std::size_t n = 0;
   for_each_fp8_state(model, [&](auto&) { ++n; });
   return n;
+}
+
+namespace detail {
+
+/// The groups a plan stage's current amaxes are reduced over (reduce_current_amaxes).
+template <Communicator C>
+struct amax_groups {
+  C* data = nullptr;
+  const tensor_group* tensor = nullptr;
+};
+
+/// The maximum of `amax` over `comm` (NaN-propagating); `amax` itself for one process.
+template <class Comm>
+float max_over(Comm& comm, float amax) {
+  if (comm.size() <= 1) return amax;
+  std::vector<float> all(std::size_t(comm.size()));
+  comm.all_gather(&amax, all.data(), 1);
+  float m = all[0];
+  for (float a : all) m = train::detail::max_or_nan(m, a);
+  return m;
+}
+
+/// train::fp8_meta::amax_reduction over an amax_groups<C>: the tensor group, then the data group.
+template <Communicator C>
+float reduce_amax_over_groups(void* context, float amax) {
+  const auto& g = *static_cast<const amax_groups<C>*>(context);
+  return max_over(*g.data, max_over(*g.tensor, amax));
+}
+
+} // namespace detail
+
+/// Makes every current-scaling fp8 state of `model` take the maximum of a cast's amax over the
+/// tensor group and the data group of `groups` (train::fp8_meta::reduce_current_amax_with; see
+/// the file comment): what a plan stage does once, at construction. `groups` must outlive the
+/// model's use. Every rank of both groups then casts in the same order (they run the same
+/// layers), each cast a collective. Delayed-scaling states are left alone.
+template <class Model, Communicator C>
+void reduce_current_amaxes(Model& model, detail::amax_groups<C>& groups) {
+  for_each_fp8_state(model, [&](auto& meta) {
+    if constexpr (std::remove_cvref_t<decltype(meta)>::needs_current_amax)
+      meta.reduce_current_amax_with(&detail::reduce_amax_over_groups<C>, &groups);
+  });
 }
 
 /// Defers (or, with on = false, stops deferring) the records of every fp8 state of `model`

@@ -111,11 +111,16 @@ public:
       : mesh_(&m), group_(m.tensor), stage_(seed) {
     if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
     (void)bucket_bytes;
+    amax_groups_ = {&m.data, &group_};
     for_each_chunk([&](auto& chunk) {
       bind_tensor_group(chunk, group_);
       defer_fp8_records(chunk); // one amax per step, synchronised: parallel/fp8_sync.hpp
+      reduce_current_amaxes(chunk, amax_groups_); // current scaling: the whole tensor's amax
     });
   }
+  // The layers keep pointers to group_ and amax_groups_: a stage stays where it was built.
+  plan_stage(const plan_stage&) = delete;
+  plan_stage& operator=(const plan_stage&) = delete;
 
   stage_type& stage() noexcept { return stage_; }
   /// The plan's mesh this stage runs on.
@@ -315,6 +320,7 @@ private:
 
   parallel::mesh<P, C>* mesh_;
   tensor_group group_;
+  detail::amax_groups<C> amax_groups_{};
   stage_type stage_;
   std::optional<buckets_type> buckets_; // none at ZeRO stage 2
   pipeline_stats stats_{};

@@ -228,6 +228,24 @@ public:
     apply(amax);
   }
 
+  /// How a current amax is agreed on: f(context, amax) returns the amax of the whole tensor
+  /// given this rank's slice's (a collective over the ranks that share the tensor).
+  using amax_reduction = float (*)(void* context, float amax);
+  /// Current scaling under a parallel plan (parallel/fp8_sync.hpp installs it): a rank measures
+  /// only its slice of the tensor the single process quantizes, so current_amax() passes the
+  /// slice's amax through `f` to get the whole tensor's and every rank quantizes with the
+  /// single process's scale. `f` null (the default): the slice's own amax. Ignored by delayed
+  /// scaling, whose scale never reads a current amax. `context` must outlive the state's use.
+  void reduce_current_amax_with(amax_reduction f, void* context) noexcept {
+    reduce_ = f;
+    reduce_context_ = context;
+  }
+  /// The amax to pass to scale() for a tensor whose own (this rank's) amax is `local`: `local`,
+  /// or with a reduction installed the reduction's result (see reduce_current_amax_with).
+  float current_amax(float local) const {
+    return reduce_ ? reduce_(reduce_context_, local) : local;
+  }
+
 private:
   void apply(float amax) {
     if constexpr (needs_current_amax) {
@@ -300,13 +318,15 @@ private:
   }
 
   R recipe_;
-  std::vector<float> history_; // ring buffer of history_len entries (delayed scaling only)
-  std::size_t next_ = 0;       // where the next record() writes
-  std::size_t filled_ = 0;     // entries recorded so far, at most history_len
-  float scale_amax_ = 0.f;     // the amax the current scale derives from; 0: none yet
-  bool deferred_ = false;      // record() only updates the pending amax (defer_records)
-  bool pending_ = false;       // record() was called since the last commit()
-  float pending_amax_ = 0.f;   // the largest amax recorded since (NaN if one was)
+  std::vector<float> history_;      // ring buffer of history_len entries (delayed scaling only)
+  std::size_t next_ = 0;            // where the next record() writes
+  std::size_t filled_ = 0;          // entries recorded so far, at most history_len
+  float scale_amax_ = 0.f;          // the amax the current scale derives from; 0: none yet
+  bool deferred_ = false;           // record() only updates the pending amax (defer_records)
+  bool pending_ = false;            // record() was called since the last commit()
+  float pending_amax_ = 0.f;        // the largest amax recorded since (NaN if one was)
+  amax_reduction reduce_ = nullptr; // current scaling under a plan (reduce_current_amax_with)
+  void* reduce_context_ = nullptr;
 };
 
 template <class T>

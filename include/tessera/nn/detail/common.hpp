@@ -241,7 +241,8 @@ public:
       return {t, 1.f};
     } else {
       auto t = buf_.get(src.extents());
-      const float current = meta_type::needs_current_amax ? amax(exec, src) : 0.f;
+      const float current =
+          meta_type::needs_current_amax ? meta_.current_amax(amax(exec, src)) : 0.f;
       const float scale = meta_.template scale<precision>(current);
       meta_.record(quantize_with_scale(exec, src, t, scale));
       return {t, 1.f / scale};
