@@ -11,10 +11,10 @@
 //
 // --plan data=D,tensor=T,pipeline=P (D any of 1..4096, T and P each 1, 2 or 4; missing ones are
 // 1) trains with tessera::parallel::plan<data<dyn>, tensor<T>, pipeline<P>> over MPI (fp32, bf16
-// or fp8; fp8's scaling states are kept equal on the
-// ranks that share a tensor, parallel/fp8_sync.hpp, but current scaling measures each rank's slice:
-// within fp8 rounding of the single process, not bit-identical; built only when CMake found MPI,
-// TESSERA_EXAMPLE_WITH_MPI): T and P pick one of the nine
+// or fp8; fp8's scaling states are kept equal on the ranks sharing a tensor and current scaling's
+// amax is agreed on in every cast, parallel/fp8_sync.hpp: data and tensor splits differ from one
+// process only in the order of fp32 sums, micro-batches within fp8 rounding; built only when CMake
+// found MPI, TESSERA_EXAMPLE_WITH_MPI): T and P pick one of the nine
 // compile-time plans, the data degree is taken at run time (data<dyn>). Each of the D data
 // replicas takes 1/D of every batch, the Linear and Conv2d pairs are split T ways (Megatron
 // column/row parts; FashionCNN's split widths, 32 channels and 128 features, divide by 4), and
