@@ -155,22 +155,6 @@ float compare(const std::map<std::string, std::vector<float>>& got,
   return diff;
 }
 
-/// Whether `v` is bit-identical on every rank of `comm` (sizes included).
-template <class C>
-bool same_on_all(C& comm, const std::vector<float>& v) {
-  if (comm.size() == 1) return true;
-  std::vector<float> n{float(v.size())}, ns(std::size_t(comm.size()));
-  comm.all_gather(n.data(), ns.data(), 1);
-  for (float x : ns)
-    if (x != n[0]) return false;
-  std::vector<float> all(v.size() * std::size_t(comm.size()));
-  comm.all_gather(v.data(), all.data(), std::int64_t(v.size()));
-  for (int r = 0; r < comm.size(); ++r)
-    if (std::memcmp(all.data() + std::size_t(r) * v.size(), v.data(), v.size() * sizeof(float)))
-      return false;
-  return true;
-}
-
 /// Plan against the single process's `reference` in precision P: the weights within
 /// `tolerance` (bit-identical on one rank without splits), and in fp8 every scaling state the
 /// same on the ranks of this rank's data group and tensor group (parallel/fp8_sync.hpp).

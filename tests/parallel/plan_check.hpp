@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <tuple>
+#include <vector>
 
 namespace tessera_test {
 
@@ -100,5 +103,22 @@ void check_all_plans(const char* what, float tolerance, const run_options& o) {
 // lr (1 + 0.9 + ...) 2^-8 |g| <= 5 * 0.05 * 2^-8 |g| ~ 1e-3 |g|; with |g| <~ 0.5 here, 5e-4.
 inline constexpr float fp32_tolerance = 1e-5f;
 inline constexpr float bf16_tolerance = 5e-4f;
+
+/// Whether `v` is bit-identical on every rank of `comm` (sizes included): the fp8 scaling states
+/// of the ranks that share a tensor must be.
+template <class C>
+bool same_on_all(C& comm, const std::vector<float>& v) {
+  if (comm.size() == 1) return true;
+  std::vector<float> n{float(v.size())}, ns(std::size_t(comm.size()));
+  comm.all_gather(n.data(), ns.data(), 1);
+  for (float x : ns)
+    if (x != n[0]) return false;
+  std::vector<float> all(v.size() * std::size_t(comm.size()));
+  comm.all_gather(v.data(), all.data(), std::int64_t(v.size()));
+  for (int r = 0; r < comm.size(); ++r)
+    if (std::memcmp(all.data() + std::size_t(r) * v.size(), v.data(), v.size() * sizeof(float)))
+      return false;
+  return true;
+}
 
 } // namespace tessera_test

@@ -42,14 +42,15 @@ fs::path scratch_dir(const char* tag) {
          ("tessera_plan_ckpt_" + std::string(tag) + "_" + std::to_string(pid));
 }
 
-template <class Stage, class Opt>
+/// Steps first_step, ... of `stage` (a stage of Layers, FashionCNN by default) on its share.
+template <class Layers = Model, class Stage, class Opt>
 void train_steps(Stage& stage, Opt& opt, int first_step, int steps) {
   Kokkos::DefaultExecutionSpace exec;
   nn::SoftmaxCrossEntropy loss;
   const int share = opts.global_batch / stage.mesh().shape.data;
   const int first = stage.mesh().at.data * share;
   for (int step = first_step; step < first_step + steps; ++step) {
-    auto x = make_input<Model>(share);
+    auto x = make_input<Layers>(share);
     Kokkos::View<int*> labels("labels", share);
     fill_batch(step, first, x, labels);
     stage.forward_backward(exec, x, labels, loss);
@@ -255,21 +256,6 @@ std::size_t fp8_states_before(Model& model) {
   return n;
 }
 
-template <class Stage, class Opt>
-void train_fp8_steps(Stage& stage, Opt& opt, int first_step, int steps) {
-  Kokkos::DefaultExecutionSpace exec;
-  nn::SoftmaxCrossEntropy loss;
-  const int share = opts.global_batch / stage.mesh().shape.data;
-  const int first = stage.mesh().at.data * share;
-  for (int step = first_step; step < first_step + steps; ++step) {
-    auto x = make_input<Fp8Model>(share);
-    Kokkos::View<int*> labels("labels", share);
-    fill_batch(step, first, x, labels);
-    stage.forward_backward(exec, x, labels, loss);
-    opt.step(exec, stage.parameters());
-  }
-}
-
 template <class Plan>
 void check_fp8_checkpoint(const char* tag) {
   auto world = tp::mpi_communicator::world();
@@ -284,7 +270,7 @@ void check_fp8_checkpoint(const char* tag) {
       mesh, opts.seed, opts.bucket_bytes, [&](auto& stage) {
         tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
         tessera::train::static_scaler scaler;
-        train_fp8_steps(stage, opt, 0, 2);
+        train_steps<Fp8Model>(stage, opt, 0, 2);
         saved = stage.gather_parameters();
         saved_fp8 = fp8_values(stage.stage());
         tp::save_plan_checkpoint(dir, stage, opt, scaler, at_two);
@@ -304,7 +290,7 @@ void check_fp8_checkpoint(const char* tag) {
           const std::vector<float>& v = saved_fp8[k++];
           meta.restore(std::vector<float>(v.begin(), v.end() - 1), v.back());
         });
-        train_fp8_steps(stage, opt, 2, 1);
+        train_steps<Fp8Model>(stage, opt, 2, 1);
         after_three = stage.gather_parameters();
         after_three_fp8 = fp8_values(stage.stage());
         Fp8Model whole(1);
@@ -317,13 +303,13 @@ void check_fp8_checkpoint(const char* tag) {
     tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
     tessera::train::static_scaler scaler;
     tessera::train::run_state run{.precision = "fp8"};
-    train_fp8_steps(stage, opt, 0, 1);
+    train_steps<Fp8Model>(stage, opt, 0, 1);
     CHECK(fp8_values(stage.stage()) != saved_fp8);
     tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
     CHECK(run.step == 2);
     CHECK(stage.gather_parameters() == saved);
     CHECK(fp8_values(stage.stage()) == saved_fp8);
-    train_fp8_steps(stage, opt, 2, 1);
+    train_steps<Fp8Model>(stage, opt, 2, 1);
     CHECK(stage.gather_parameters() == after_three); // bit for bit
     CHECK(fp8_values(stage.stage()) == after_three_fp8);
   });

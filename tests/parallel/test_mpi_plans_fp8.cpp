@@ -71,22 +71,6 @@ std::vector<float> flat(const states& s) {
   return out;
 }
 
-/// Whether `v` is bit-identical on every rank of `comm` (sizes included).
-template <class C>
-bool same_on_all(C& comm, const std::vector<float>& v) {
-  if (comm.size() == 1) return true;
-  std::vector<float> n{float(v.size())}, ns(std::size_t(comm.size()));
-  comm.all_gather(n.data(), ns.data(), 1);
-  for (float x : ns)
-    if (x != n[0]) return false;
-  std::vector<float> all(v.size() * std::size_t(comm.size()));
-  comm.all_gather(v.data(), all.data(), std::int64_t(v.size()));
-  for (int r = 0; r < comm.size(); ++r)
-    for (std::size_t i = 0; i < v.size(); ++i)
-      if (std::memcmp(&all[std::size_t(r) * v.size() + i], &v[i], sizeof(float)) != 0) return false;
-  return true;
-}
-
 struct result {
   std::map<std::string, std::vector<float>> weights;
   states fp8;
