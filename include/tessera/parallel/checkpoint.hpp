@@ -47,11 +47,9 @@
 /// unchanged unless they leave E5M2's range), which its history replaces within history_len
 /// steps under delayed scaling and at once under current scaling.
 
+#include <tessera/parallel/fp8_sync.hpp>
 #include <tessera/parallel/runner.hpp>
 #include <tessera/train/checkpoint.hpp>
-
-#include <boost/hana/flatten.hpp>
-#include <boost/hana/tuple.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -223,24 +221,6 @@ inline bool is_plan_checkpoint(const std::filesystem::path& dir) {
 
 namespace detail {
 
-/// The fp8 scaling states of `model` (a layer, nn::Sequential or pipeline stage) as one
-/// boost::hana tuple of train::fp8_meta pointers, in for_each_fp8_state's order: what a plan
-/// checkpoint saves per rank.
-template <class Model>
-auto fp8_state_tuple(Model& model) {
-  if constexpr (requires { model.fp8_states(); }) {
-    return model.fp8_states();
-  } else if constexpr (requires { model.template layer<0>(); }) {
-    return [&]<std::size_t... K>(std::index_sequence<K...>) {
-      return boost::hana::flatten(
-          boost::hana::make_tuple(fp8_state_tuple(model.template layer<K>())...));
-    }
-    (std::make_index_sequence<Model::size()>{});
-  } else {
-    return boost::hana::make_tuple();
-  }
-}
-
 /// "fp8/<k>/<rest>" -> k, or -1 for a record name of another kind.
 inline long fp8_index_of(const std::string& record) {
   if (record.rfind("fp8/", 0) != 0) return -1;
@@ -344,7 +324,7 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
       dir, stage, 0,
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, stage.parameters(), opt, scaler, run,
-                               detail::fp8_state_tuple(stage.stage()));
+                               fp8_states_of(stage.stage()));
       },
       [](const std::filesystem::path&) {});
 }
@@ -364,7 +344,7 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
       dir, stage, Z,
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, stage.parameters(), blank, scaler, run,
-                               detail::fp8_state_tuple(stage.stage()));
+                               fp8_states_of(stage.stage()));
       },
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, opt.pieces(), opt.optimizer(), scaler, run);
@@ -381,7 +361,7 @@ void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, Optimi
   train::run_state staged = run;
   detail::load_plan(dir, stage, 0, [&](int r) {
     train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), opt, scaler, staged,
-                           detail::fp8_state_tuple(stage.stage()));
+                           fp8_states_of(stage.stage()));
   });
   run = staged;
 }
@@ -405,7 +385,7 @@ void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
     train::load_checkpoint(detail::rank_file(dir, r, ".zero.tsr"), opt.pieces(), sharded,
                            scaler_copy, zero_run);
     train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), blank, scaler, staged,
-                           detail::fp8_state_tuple(stage.stage()));
+                           fp8_states_of(stage.stage()));
     opt.optimizer() = std::move(sharded);
   });
   run = staged;

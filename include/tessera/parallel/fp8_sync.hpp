@@ -50,7 +50,9 @@
 #include <tessera/parallel/tensor_parallel.hpp>
 #include <tessera/train/fp8_recipe.hpp>
 
+#include <boost/hana/flatten.hpp>
 #include <boost/hana/for_each.hpp>
+#include <boost/hana/tuple.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -61,20 +63,30 @@
 
 namespace tessera::parallel {
 
-/// Calls f(meta) for every fp8 scaling state (train::fp8_meta&) of `model`, in the order of
-/// its layers and of each layer's fp8_states(): a model with fp8_states() (nn::Sequential, a
-/// layer), or a pipeline stage (layers reached through size() and layer<K>()). A model without
-/// fp8 layers has none.
-template <class Model, class F>
-void for_each_fp8_state(Model& model, F&& f) {
+/// Every fp8 scaling state of `model` as one boost::hana tuple of train::fp8_meta pointers, in
+/// the order of its layers and of each layer's fp8_states(): a model with fp8_states()
+/// (nn::Sequential, a layer), or a pipeline stage (layers reached through size() and
+/// layer<K>()). A model without fp8 layers has none. What a plan checkpoint saves per rank.
+template <class Model>
+auto fp8_states_of(Model& model) {
   if constexpr (requires { model.fp8_states(); }) {
-    boost::hana::for_each(model.fp8_states(), [&](auto* meta) { f(*meta); });
+    return model.fp8_states();
   } else if constexpr (requires { model.template layer<0>(); }) {
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (for_each_fp8_state(model.template layer<K>(), f), ...);
+    return [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return boost::hana::flatten(
+          boost::hana::make_tuple(fp8_states_of(model.template layer<K>())...));
     }
     (std::make_index_sequence<Model::size()>{});
+  } else {
+    return boost::hana::make_tuple();
   }
+}
+
+/// Calls f(meta) for every fp8 scaling state (train::fp8_meta&) of `model`, in fp8_states_of's
+/// order.
+template <class Model, class F>
+void for_each_fp8_state(Model& model, F&& f) {
+  boost::hana::for_each(fp8_states_of(model), [&](auto* meta) { f(*meta); });
 }
 
 /// The number of fp8 scaling states of `model` (see for_each_fp8_state).
@@ -87,29 +99,32 @@ std::size_t count_fp8_states(Model& model) {
 
 namespace detail {
 
-/// The groups a plan stage's current amaxes are reduced over (reduce_current_amaxes).
+/// The groups a plan stage's current amaxes are reduced over (reduce_current_amaxes), and the
+/// buffer the all-gathers land in (sized once: a cast allocates nothing).
 template <Communicator C>
 struct amax_groups {
   C* data = nullptr;
   const tensor_group* tensor = nullptr;
+  std::vector<float> gathered;
 };
 
-/// The maximum of `amax` over `comm` (NaN-propagating); `amax` itself for one process.
+/// The maximum of `amax` over `comm` (NaN-propagating), gathered into `buf`; `amax` itself for
+/// one process.
 template <class Comm>
-float max_over(Comm& comm, float amax) {
+float max_over(Comm& comm, float amax, std::vector<float>& buf) {
   if (comm.size() <= 1) return amax;
-  std::vector<float> all(std::size_t(comm.size()));
-  comm.all_gather(&amax, all.data(), 1);
-  float m = all[0];
-  for (float a : all) m = train::detail::max_or_nan(m, a);
+  buf.resize(std::size_t(comm.size()));
+  comm.all_gather(&amax, buf.data(), 1);
+  float m = buf[0];
+  for (float a : buf) m = train::detail::max_or_nan(m, a);
   return m;
 }
 
 /// train::fp8_meta::amax_reduction over an amax_groups<C>: the tensor group, then the data group.
 template <Communicator C>
 float reduce_amax_over_groups(void* context, float amax) {
-  const auto& g = *static_cast<const amax_groups<C>*>(context);
-  return max_over(*g.data, max_over(*g.tensor, amax));
+  auto& g = *static_cast<amax_groups<C>*>(context);
+  return max_over(*g.data, max_over(*g.tensor, amax, g.gathered), g.gathered);
 }
 
 } // namespace detail

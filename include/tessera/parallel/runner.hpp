@@ -111,7 +111,8 @@ public:
       : mesh_(&m), group_(m.tensor), stage_(seed) {
     if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
     (void)bucket_bytes;
-    amax_groups_ = {&m.data, &group_};
+    amax_groups_.data = &m.data;
+    amax_groups_.tensor = &group_;
     for_each_chunk([&](auto& chunk) {
       bind_tensor_group(chunk, group_);
       defer_fp8_records(chunk); // one amax per step, synchronised: parallel/fp8_sync.hpp
