@@ -324,7 +324,7 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, const 
       dir, stage, 0,
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, stage.parameters(), opt, scaler, run,
-                               fp8_states_of(stage.stage()));
+                               parallel::fp8_states_in(stage.stage()));
       },
       [](const std::filesystem::path&) {});
 }
@@ -344,7 +344,7 @@ void save_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
       dir, stage, Z,
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, stage.parameters(), blank, scaler, run,
-                               fp8_states_of(stage.stage()));
+                               parallel::fp8_states_in(stage.stage()));
       },
       [&](const std::filesystem::path& f) {
         train::save_checkpoint(f, opt.pieces(), opt.optimizer(), scaler, run);
@@ -361,7 +361,7 @@ void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage, Optimi
   train::run_state staged = run;
   detail::load_plan(dir, stage, 0, [&](int r) {
     train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), opt, scaler, staged,
-                           fp8_states_of(stage.stage()));
+                           parallel::fp8_states_in(stage.stage()));
   });
   run = staged;
 }
@@ -385,7 +385,7 @@ void load_plan_checkpoint(const std::filesystem::path& dir, Stage& stage,
     train::load_checkpoint(detail::rank_file(dir, r, ".zero.tsr"), opt.pieces(), sharded,
                            scaler_copy, zero_run);
     train::load_checkpoint(detail::rank_file(dir, r), stage.parameters(), blank, scaler, staged,
-                           fp8_states_of(stage.stage()));
+                           parallel::fp8_states_in(stage.stage()));
     opt.optimizer() = std::move(sharded);
   });
   run = staged;

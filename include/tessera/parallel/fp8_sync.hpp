@@ -68,13 +68,13 @@ namespace tessera::parallel {
 /// (nn::Sequential, a layer), or a pipeline stage (layers reached through size() and
 /// layer<K>()). A model without fp8 layers has none. What a plan checkpoint saves per rank.
 template <class Model>
-auto fp8_states_of(Model& model) {
+auto fp8_states_in(Model& model) {
   if constexpr (requires { model.fp8_states(); }) {
     return model.fp8_states();
   } else if constexpr (requires { model.template layer<0>(); }) {
     return [&]<std::size_t... K>(std::index_sequence<K...>) {
       return boost::hana::flatten(
-          boost::hana::make_tuple(fp8_states_of(model.template layer<K>())...));
+          boost::hana::make_tuple(fp8_states_in(model.template layer<K>())...));
     }
     (std::make_index_sequence<Model::size()>{});
   } else {
@@ -82,11 +82,11 @@ auto fp8_states_of(Model& model) {
   }
 }
 
-/// Calls f(meta) for every fp8 scaling state (train::fp8_meta&) of `model`, in fp8_states_of's
+/// Calls f(meta) for every fp8 scaling state (train::fp8_meta&) of `model`, in fp8_states_in's
 /// order.
 template <class Model, class F>
 void for_each_fp8_state(Model& model, F&& f) {
-  boost::hana::for_each(fp8_states_of(model), [&](auto* meta) { f(*meta); });
+  boost::hana::for_each(fp8_states_in(model), [&](auto* meta) { f(*meta); });
 }
 
 /// The number of fp8 scaling states of `model` (see for_each_fp8_state).
