@@ -9,6 +9,12 @@
 // scratch times the concurrency (CausalSelfAttention::scratch_bytes()); for the naive form the
 // probabilities P (B H t t, kept for backward) and, in backward, dS (B H t t).
 //
+// The "core" benchmarks time the attention core alone (nn::detail::tiled_attention_core, no
+// projections) at the character GPT's batch (B = 16, t = 128 and longer) and report GFLOP/s of
+// its products: forward 2 (QK^T, PV), backward 5 (the recomputed QK^T, dO V^T, P^T dO, dS^T Q,
+// dS K), each 2 d flops per (query, key) pair the causal mask lets through, t (t + 1) / 2 per
+// (batch, head).
+//
 //   bench_attention                                    # Kokkos' default threads
 //   OMP_NUM_THREADS=1 bench_attention --benchmark_filter=/256
 #include <tessera/nn/attention.hpp>
@@ -19,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -188,10 +195,48 @@ void add(const std::string& name, index_t t) {
       ->UseRealTime();
 }
 
+/// The core alone (see the file comment): qkv (Bc, t, 3D) random, fp32.
+void add_core(index_t t) {
+  constexpr index_t Bc = 16;
+  using core_t = nn::detail::tiled_attention_core<D, H, tessera::fp32>;
+  auto core = std::make_shared<core_t>();
+  auto qkv = std::make_shared<std::vector<float>>(std::size_t(Bc * t * 3 * D));
+  auto o = std::make_shared<std::vector<float>>(std::size_t(Bc * t * D));
+  auto g = std::make_shared<std::vector<float>>(std::size_t(Bc * t * D));
+  auto dqkv = std::make_shared<std::vector<float>>(std::size_t(Bc * t * 3 * D));
+  tessera::counter_rng rng{7, 0};
+  for (std::size_t i = 0; i < qkv->size(); ++i) (*qkv)[i] = 2 * rng.uniform01(i) - 1;
+  for (std::size_t i = 0; i < g->size(); ++i) (*g)[i] = 2 * rng.uniform01(qkv->size() + i) - 1;
+  const Kokkos::DefaultHostExecutionSpace exec;
+  const double pairs = double(Bc * H) * double(t) * double(t + 1) / 2;
+  const double flops_fwd = 2 * 2 * d * pairs, flops_bwd = 5 * 2 * d * pairs;
+  const std::string ts = std::to_string(t);
+  benchmark::RegisterBenchmark(
+      ("core/forward/" + ts).c_str(),
+      [=](benchmark::State& st) {
+        for (auto _ : st) core->forward(exec, qkv->data(), Bc, t, o->data());
+        st.counters["GFLOP"] =
+            benchmark::Counter(flops_fwd * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(
+      ("core/backward/" + ts).c_str(),
+      [=](benchmark::State& st) {
+        core->forward(exec, qkv->data(), Bc, t, o->data());
+        for (auto _ : st) core->backward(exec, g->data(), o->data(), Bc, t, dqkv->data());
+        st.counters["GFLOP"] =
+            benchmark::Counter(flops_bwd * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+      })
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
+  for (const index_t t : {128, 256, 1024}) add_core(t);
   for (const index_t t : {64, 128, 256, 512, 1024}) {
     add<nn::CausalSelfAttention<D, H>>("tiled", t);
     add<naive_attention_layer>("naive", t);

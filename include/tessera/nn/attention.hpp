@@ -48,6 +48,7 @@
 #include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
 #include <tessera/nn/linear.hpp>
+#include <tessera/simd/lanes.hpp> // xsimd, host passes only
 
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/transform.hpp>
@@ -133,10 +134,10 @@ public:
               // j0 <= i0 (both multiples of the tile): every row sees at least key j0.
               const index_t valid = causal_keys(i0 + r, j0, nk);
               float* sr = s + r * tile;
-              float mx = sr[0];
-              for (index_t c = 1; c < valid; ++c) mx = sr[c] > mx ? sr[c] : mx;
+              const float mx = row_max(sr, valid);
               const float mnew = mx > m[r] ? mx : m[r];
-              const float corr = kmath::exp(m[r] - mnew);
+              // The first key tile: no running sum to correct (and no exp of -3e38).
+              const float corr = j0 == 0 ? 0.f : kmath::exp(m[r] - mnew);
               const float sum = exp_shifted(sr, valid, mnew);
               for (index_t c = valid; c < nk; ++c) sr[c] = 0.f;
               l[r] = l[r] * corr + sum;
@@ -280,6 +281,41 @@ private:
                                                 index_t nc, index_t ld, index_t t) {
     constexpr index_t CB = block_cols;
     index_t c0 = 0;
+#if !TESSERA_DEVICE_PASS
+    if constexpr (tessera::detail::simd::available) {
+      // Host: NR rows by two SIMD batches of columns (32 on AVX-512, 16 on AVX2): 2 NR
+      // accumulators, independent FMA chains enough to hide the FMA latency on two pipes,
+      // each loaded k^T batch reused NR times. Then one batch at a time.
+      using V = xsimd::batch<float, xsimd::default_arch>;
+      constexpr index_t w = index_t(V::size);
+      for (; c0 + 2 * w <= nc; c0 += 2 * w) {
+        V acc0[NR], acc1[NR];
+        for (index_t r = 0; r < NR; ++r) acc0[r] = acc1[r] = V(0.f);
+        for (index_t e = 0; e < head_dim; ++e) {
+          const V b0 = V::load_unaligned(bt + e * t + c0),
+                  b1 = V::load_unaligned(bt + e * t + c0 + w);
+          for (index_t r = 0; r < NR; ++r) {
+            const V av(a[r * head_dim + e]);
+            acc0[r] = xsimd::fma(av, b0, acc0[r]);
+            acc1[r] = xsimd::fma(av, b1, acc1[r]);
+          }
+        }
+        for (index_t r = 0; r < NR; ++r) {
+          acc0[r].store_unaligned(s + r * ld + c0);
+          acc1[r].store_unaligned(s + r * ld + c0 + w);
+        }
+      }
+      for (; c0 + w <= nc; c0 += w) {
+        V acc[NR];
+        for (index_t r = 0; r < NR; ++r) acc[r] = V(0.f);
+        for (index_t e = 0; e < head_dim; ++e) {
+          const V b = V::load_unaligned(bt + e * t + c0);
+          for (index_t r = 0; r < NR; ++r) acc[r] = xsimd::fma(V(a[r * head_dim + e]), b, acc[r]);
+        }
+        for (index_t r = 0; r < NR; ++r) acc[r].store_unaligned(s + r * ld + c0);
+      }
+    }
+#endif
     for (; c0 + CB <= nc; c0 += CB) {
       float acc[NR][CB];
       for (index_t r = 0; r < NR; ++r)
@@ -303,18 +339,25 @@ private:
   }
 
   /// s (nq x nk, row stride ld) = a (the head's rows of d, query tile at i0) times bt (d x nk,
-  /// row stride t, key tile at j0), for the keys each row block may see (the causal mask;
-  /// columns past a block's last row's keys are left unset).
+  /// row stride t, key tile at j0), for the keys each row block may see (the causal mask)
+  /// rounded up to block_cols; the columns past that are left unset, those between a row's
+  /// last key and it hold scores of keys the row must not see (the callers mask them).
   KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const float* bt, index_t i0,
                                             index_t j0, index_t nq, index_t nk, index_t ld,
                                             index_t t) {
     constexpr index_t R = block_rows;
     const float* ai = a + i0 * head_dim;
+    // A block's key count rounded up to block_cols (within the tile): whole vector blocks, no
+    // scalar tail on the diagonal; the extra columns are masked by the callers.
+    const auto keys = [&](index_t r, index_t nr) {
+      const index_t k = block_keys(i0, r, nr, j0, nk),
+                    up = (k + block_cols - 1) / block_cols * block_cols;
+      return up < nk ? up : nk;
+    };
     index_t r0 = 0;
     for (; r0 + R <= nq; r0 += R)
-      score_rows<R>(s + r0 * ld, ai + r0 * head_dim, bt, block_keys(i0, r0, R, j0, nk), ld, t);
-    for (; r0 < nq; ++r0)
-      score_rows<1>(s + r0 * ld, ai + r0 * head_dim, bt, block_keys(i0, r0, 1, j0, nk), ld, t);
+      score_rows<R>(s + r0 * ld, ai + r0 * head_dim, bt, keys(r0, R), ld, t);
+    for (; r0 < nq; ++r0) score_rows<1>(s + r0 * ld, ai + r0 * head_dim, bt, keys(r0, 1), ld, t);
   }
 
   /// NR rows of out (stride ostride, d wide) += p (NR rows, stride ld, nc columns) times rows
@@ -427,18 +470,32 @@ private:
     const index_t n = B * t * W;
     float *q = q_.get(n), *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
     const float scale = 1.f / std::sqrt(float(d));
+    // One work item per (batch, head, block of RB rows): the rows' q, k, v copied, then the
+    // block's columns of k^T, v^T written RB contiguous floats at a time from the k, v rows
+    // just written (still in cache); a row at a time would write k^T with a stride of t floats.
+    constexpr index_t RB = 16;
+    const index_t blocks = (t + RB - 1) / RB;
     Kokkos::parallel_for(
         "tessera::nn::CausalSelfAttention::forward[pack]",
-        Kokkos::RangePolicy<Exec>(exec, 0, B * NH * t), KOKKOS_LAMBDA(const index_t w) {
-          const index_t bh = w / t, i = w % t, b = bh / NH, h = bh % NH;
-          const auto* row = in + (b * t + i) * 3 * W + h * d;
+        Kokkos::RangePolicy<Exec>(exec, 0, B * NH * blocks), KOKKOS_LAMBDA(const index_t w) {
+          const index_t bh = w / blocks, i0 = (w % blocks) * RB, b = bh / NH, h = bh % NH;
+          const index_t i1 = i0 + RB < t ? i0 + RB : t;
+          for (index_t i = i0; i < i1; ++i) {
+            const auto* row = in + (b * t + i) * 3 * W + h * d;
+            const index_t o = (bh * t + i) * d;
+            for (index_t e = 0; e < d; ++e) {
+              q[o + e] = scale * to_float(row[e]);
+              k[o + e] = to_float(row[W + e]);
+              v[o + e] = to_float(row[2 * W + e]);
+            }
+          }
           for (index_t e = 0; e < d; ++e) {
-            const float kv = to_float(row[W + e]), vv = to_float(row[2 * W + e]);
-            q[w * d + e] = scale * to_float(row[e]);
-            k[w * d + e] = kv;
-            v[w * d + e] = vv;
-            kt[(bh * d + e) * t + i] = kv;
-            vt[(bh * d + e) * t + i] = vv;
+            float* ktr = kt + (bh * d + e) * t;
+            float* vtr = vt + (bh * d + e) * t;
+            for (index_t i = i0; i < i1; ++i) {
+              ktr[i] = k[(bh * t + i) * d + e];
+              vtr[i] = v[(bh * t + i) * d + e];
+            }
           }
         });
     exec.fence();

@@ -1,8 +1,9 @@
 #pragma once
-/// \file nn/detail/exp_rows.hpp
+/// \file nn/detail/row_math.hpp
 /// exp over a row of fp32 scores, the inner loop of softmax-like kernels (attention's online
 /// softmax and its backward): xsimd batches in host passes, a scalar loop in device passes.
-/// Device-callable. The results are within a few ulp of libm's expf; the sum is accumulated
+/// Device-callable. The results are within a few ulp of libm's expf (a tail shorter than a
+/// batch goes through one padded batch, not the scalar exp); the sum is accumulated
 /// per SIMD lane and then across lanes, so it differs from a left-to-right sum in the last bits
 /// (deterministic: the same on every run and every thread count).
 ///
@@ -23,13 +24,23 @@ KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, float shift) {
   if constexpr (tessera::detail::simd::available) {
     using B = xsimd::batch<float, xsimd::default_arch>;
     constexpr index_t w = index_t(B::size);
-    if (n >= w) {
+    {
       const B s(shift);
       B acc(0.f);
       for (; c + w <= n; c += w) {
         const B p = xsimd::exp(B::load_unaligned(x + c) - s);
         p.store_unaligned(x + c);
         acc += p;
+      }
+      if (c < n) {
+        // The tail as one padded batch: the padding's exp(-1e30 - shift) is 0.
+        alignas(64) float tail[w];
+        for (index_t l = 0; l < w; ++l) tail[l] = c + l < n ? x[c + l] : -1.0e30f;
+        const B p = xsimd::exp(B::load_aligned(tail) - s);
+        p.store_aligned(tail);
+        for (index_t l = 0; c + l < n; ++l) x[c + l] = tail[l];
+        acc += p;
+        c = n;
       }
       sum = xsimd::hadd(acc);
     }
@@ -41,6 +52,33 @@ KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, float shift) {
     sum += p;
   }
   return sum;
+}
+
+/// The largest of x[0 .. n) (n >= 1): xsimd batches in host passes (a tail shorter than a batch
+/// padded with x[0]), a scalar loop in device passes. Exact: the maximum does not depend on
+/// the order.
+KOKKOS_INLINE_FUNCTION float row_max(const float* x, index_t n) {
+  float mx = x[0];
+  index_t c = 1;
+#if !TESSERA_DEVICE_PASS
+  if constexpr (tessera::detail::simd::available) {
+    using B = xsimd::batch<float, xsimd::default_arch>;
+    constexpr index_t w = index_t(B::size);
+    B m(mx);
+    for (c = 0; c + w <= n; c += w) m = xsimd::max(m, B::load_unaligned(x + c));
+    if (c < n) {
+      alignas(64) float tail[w];
+      for (index_t l = 0; l < w; ++l) tail[l] = c + l < n ? x[c + l] : mx;
+      m = xsimd::max(m, B::load_aligned(tail));
+    }
+    alignas(64) float lanes[w]; // xsimd 8 has no horizontal maximum
+    m.store_aligned(lanes);
+    for (index_t l = 0; l < w; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+    return mx;
+  }
+#endif
+  for (; c < n; ++c) mx = x[c] > mx ? x[c] : mx;
+  return mx;
 }
 
 /// The sum of f(j) over 0 <= j < N: f(j) goes to partial sum j % 16, and the 16 partial sums
