@@ -68,10 +68,10 @@
 // data=1,tensor=1,pipeline=1.
 //
 // --zero 1|2 (with --plan) trains under plan<data<dyn, zero<S>>, ...>: ZeRO stage 1 shards the
-// SGD momentum and the update over the D data replicas (the updated weights all-gathered), stage
-// 2 also the reduced gradients (reduce-scattered instead of all-reduced; parallel/zero.hpp). The
-// weights equal those of the same --plan without --zero (bit-identical at stage 1 and at stage 2
-// with D <= 2). Once per run rank 0 prints its bytes of weights + reduced gradients + optimizer
+// SGD momentum and the update over the D data replicas (the gradients reduce-scattered during
+// backward, the updated weights all-gathered), stage 2 also the reduced gradients (kept as a
+// shard, staged through two bucket-sized buffers; parallel/zero.hpp). The weights equal those
+// of the same --plan without --zero (bit-identical with D <= 2). Once per run rank 0 prints its bytes of weights + reduced gradients + optimizer
 // state per parameter next to the formula for SGD with momentum (K = 4 bytes of state per
 // parameter: 4 + 4 + 4/D at stage 1, 4 + 8/D at stage 2; the ZeRO paper's mixed-precision
 // counting gives 4 + 8/D and 2 + 10/D). With --checkpoint each rank also saves its shard of the

@@ -475,14 +475,13 @@ int volume(tp::mpi_communicator world) {
 /// forward_backward and the sharded optimizer's step), counted by kind and summed over the
 /// ranks, beside the analytic count (n parameters, c = ceil(n / D) a shard, the 4-byte loss
 /// all-reduce on each rank):
-///   S = 0: all-reduce 4 n (the gradient buckets)           per rank
-///   S = 1: all-reduce 4 n, all-gather 4 c (updated shard)   per rank
-///   S = 2: reduce-scatter 4 c D (padded gradients), all-gather 4 c
+///   S = 0:     all-reduce 4 n (the gradient buckets)                            per rank
+///   S = 1, 2:  reduce-scatter 4 n (the buckets), all-gather 4 c (updated shard) per rank
 /// and the bytes a ring algorithm puts on the wire for those calls, from the measured counts
 /// (all-reduce 2 (D - 1)/D of the buffer, reduce-scatter (D - 1)/D, all-gather D - 1 times the
-/// part), beside the ring formula for the step: 2 (D - 1)/D 4 n per rank for S = 0 and the same
-/// plus (D - 1) 4 c at S = 1; 2 (D - 1) 4 c at S = 2 (the ZeRO paper: stage 2 moves what
-/// data parallelism does).
+/// part), beside the ring formula for the step: 2 (D - 1)/D 4 n per rank for S = 0,
+/// (D - 1)/D 4 n + (D - 1) 4 c at S = 1 and 2 (the ZeRO paper: stages 1 and 2 move what data
+/// parallelism does).
 template <int S>
 void zero_volume_row(tp::mpi_communicator world, int d) {
   using C = tp::counting_communicator<tp::mpi_communicator>;
@@ -515,15 +514,15 @@ void zero_volume_row(tp::mpi_communicator world, int d) {
     const double loss_bytes = d > 1 ? 4.0 * D : 0.0;
     double want[3] = {0, 0, 0};
     if (d > 1) {
-      want[0] = (S < 2 ? 4.0 * n * D : 0.0) + loss_bytes;
-      want[1] = S == 2 ? 4.0 * c * D * D : 0.0;
+      want[0] = (S == 0 ? 4.0 * n * D : 0.0) + loss_bytes;
+      want[1] = S >= 1 ? 4.0 * n * D : 0.0;
       want[2] = S >= 1 ? 4.0 * c * D : 0.0;
     }
     const double handed = sum[0] + sum[1] + sum[2], handed_want = want[0] + want[1] + want[2];
     const double ring = sum[0] * 2.0 * (D - 1) / D + sum[1] * (D - 1) / D + sum[2] * (D - 1);
     const double ring_formula =
-        D * (S < 2 ? 2.0 * (D - 1) / D * 4.0 * n : 2.0 * (D - 1) * 4.0 * c) +
-        (S == 1 ? D * (D - 1) * 4.0 * c : 0.0) + loss_bytes * 2.0 * (D - 1) / D;
+        D * (S == 0 ? 2.0 * (D - 1) / D * 4.0 * n : (D - 1) / D * 4.0 * n + (D - 1) * 4.0 * c) +
+        loss_bytes * 2.0 * (D - 1) / D;
     std::printf("| %d | %d | %.0f / %.0f / %.0f | %.0f / %.0f %s | %.0f / %.0f %s | %.2f |\n", d, S,
                 sum[0], sum[1], sum[2], handed, handed_want, handed == handed_want ? "(=)" : "(!)",
                 ring, ring_formula, std::fabs(ring - ring_formula) < 1 ? "(=)" : "(!)",
@@ -540,7 +539,8 @@ void zero_row(tp::mpi_communicator world, int d, const char* name, const Optimiz
               int state_bytes) {
   using Plan = tp::plan<tp::data<dyn, tp::zero<S>>>;
   auto sub = world.split(world.rank() < d ? 0 : 1, world.rank());
-  double mine[2] = {0, 0}; // bytes per parameter (largest), not counted: layers' gradients
+  // bytes per parameter (largest), not counted: layers' gradients, transient staging
+  double mine[3] = {0, 0, 0};
   if (world.rank() < d) {
     Kokkos::DefaultExecutionSpace exec;
     tp::mesh<Plan, tp::mpi_communicator> mesh(sub);
@@ -553,16 +553,17 @@ void zero_row(tp::mpi_communicator world, int d, const char* name, const Optimiz
       const tp::zero_memory m = stage.memory(z);
       mine[0] = m.per_parameter();
       mine[1] = double(m.local_gradient_bytes) / double(m.parameters);
+      mine[2] = double(m.staging_bytes) / double(m.parameters);
     });
   }
-  double worst[2] = {0, 0};
-  MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, world.native());
+  double worst[3] = {0, 0, 0};
+  MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, world.native());
   if (world.rank() == 0)
-    std::printf("| %s | %d | %d | %.4f | %s = %.4f | %s = %.4f | %.1f |\n", name, d, S, worst[0],
-                tp::zero_formula_text(S, state_bytes).c_str(),
+    std::printf("| %s | %d | %d | %.4f | %s = %.4f | %s = %.4f | %.1f | %.2f |\n", name, d, S,
+                worst[0], tp::zero_formula_text(S, state_bytes).c_str(),
                 tp::zero_bytes_per_parameter(S, d, state_bytes),
                 tp::zero_formula_text(S, state_bytes, true).c_str(),
-                tp::zero_paper_bytes_per_parameter(S, d, state_bytes), worst[1]);
+                tp::zero_paper_bytes_per_parameter(S, d, state_bytes), worst[1], worst[2]);
   world.barrier();
 }
 
@@ -576,8 +577,10 @@ int zero(tp::mpi_communicator world) {
                 "step (largest over the ranks): weights + reduced gradients + optimizer state, "
                 "measured, beside the formula (tessera: fp32 weights are the masters) and the "
                 "ZeRO paper's (fp16 weights and gradients); the layers' own gradient buffers "
-                "are not in either\n\n| optimizer | D | ZeRO stage | measured | formula | paper "
-                "| layers' gradients |\n|---|---|---|---|---|---|---|\n");
+                "and the transient staging (the all-gather's, stage 2's two bucket-sized "
+                "reduce-scatter buffers; buckets of 1 MiB) are not in either\n\n| optimizer | D "
+                "| ZeRO stage | measured | formula | paper | layers' gradients | staging "
+                "|\n|---|---|---|---|---|---|---|---|\n");
   const tessera::train::adamw adam{.lr = 1e-3f};
   const tessera::train::sgd sgd{.lr = 0.05f, .momentum = 0.9f};
   for (int d : {1, 2, 4, 8}) {

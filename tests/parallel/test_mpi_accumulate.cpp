@@ -77,53 +77,56 @@ std::map<std::string, std::vector<float>> accumulated_reference(const run_option
 struct accumulated_run {
   std::map<std::string, std::vector<float>> values; // whole, by name (this rank's stage)
   std::int64_t data_all_reduce_bytes = -1;          // of the last optimizer step
+  std::int64_t data_reduce_scatter_bytes = -1;      // of the last optimizer step
   std::int64_t local_elements = 0;                  // this rank's parameter elements
   float loss = 0;
 };
 
-/// Training under Plan with K accumulation steps per optimizer step (ZeRO stage Z).
-template <class Model, class Plan, int M, class C>
+/// Training under Plan with K accumulation steps per optimizer step (ZeRO stage Z), on the
+/// pipeline schedule Kind.
+template <class Model, class Plan, int M, class Kind = tp::one_f_one_b, class C>
 accumulated_run train_accumulated(C world, const run_options& o) {
   Kokkos::DefaultExecutionSpace exec;
   tp::mesh<Plan, C> mesh(world);
   accumulated_run out;
-  tp::with_plan_stage<Plan, Model, tp::one_f_one_b, M>(
-      mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
-        tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
-        auto sharded = stage.make_optimizer(opt);
-        tessera::train::grad_accumulator acc;
-        nn::SoftmaxCrossEntropy loss;
-        const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
-        for (int step = 0; step < o.steps; ++step) {
-          const auto before = mesh.data.counts().all_reduce;
-          out.loss = stage.forward_backward_accumulated(
-              exec, K,
-              [&](int k) {
-                auto x = make_input<Model>(share);
-                Kokkos::View<int*> labels("labels", share);
-                fill_batch(K * step + k, first, x, labels);
-                return std::make_pair(x, labels);
-              },
-              loss, acc);
-          out.data_all_reduce_bytes = mesh.data.counts().all_reduce - before;
-          sharded.step(exec);
-        }
-        out.values = stage.gather_parameters();
-        boost::hana::for_each(stage.parameters(),
-                              [&](const auto& p) { out.local_elements += p.size(); });
-      });
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    auto sharded = stage.make_optimizer(opt);
+    tessera::train::grad_accumulator acc;
+    nn::SoftmaxCrossEntropy loss;
+    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+    for (int step = 0; step < o.steps; ++step) {
+      const auto before = mesh.data.counts().all_reduce;
+      const auto before_rs = mesh.data.counts().reduce_scatter;
+      out.loss = stage.forward_backward_accumulated(
+          exec, K,
+          [&](int k) {
+            auto x = make_input<Model>(share);
+            Kokkos::View<int*> labels("labels", share);
+            fill_batch(K * step + k, first, x, labels);
+            return std::make_pair(x, labels);
+          },
+          loss, acc);
+      out.data_all_reduce_bytes = mesh.data.counts().all_reduce - before;
+      out.data_reduce_scatter_bytes = mesh.data.counts().reduce_scatter - before_rs;
+      sharded.step(exec);
+    }
+    out.values = stage.gather_parameters();
+    boost::hana::for_each(stage.parameters(),
+                          [&](const auto& p) { out.local_elements += p.size(); });
+  });
   return out;
 }
 
 /// Trains Plan on the world against ref and checks it; false (nothing run) if Plan does not fit.
-template <class Model, class Plan, int M>
+template <class Model, class Plan, int M, class Kind = tp::one_f_one_b>
 bool check_accumulated(const char* what, const std::map<std::string, std::vector<float>>& ref) {
   auto world = tp::counting_communicator(tp::mpi_communicator::world());
   if (!Plan::fits(world.size())) return false;
   const run_options o{.global_batch = 8, .steps = 3};
   const tp::mesh_shape shape = Plan::shape_on(world.size());
   REQUIRE(o.global_batch % (shape.data * M) == 0);
-  const accumulated_run got = train_accumulated<Model, Plan, M>(world, o);
+  const accumulated_run got = train_accumulated<Model, Plan, M, Kind>(world, o);
   INFO(what << " " << shape.name() << " zero stage " << Plan::zero_stage);
   float diff = 0;
   bool names_match = true;
@@ -142,11 +145,12 @@ bool check_accumulated(const char* what, const std::map<std::string, std::vector
   MPI_Allreduce(&diff, &worst, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
   CHECK(worst <= fp32_tolerance);
   CHECK(std::isfinite(got.loss));
-  // One reduction per optimizer step: the gradients once (stages 0 and 1: the buckets; stage
-  // 2 reduce-scatters in sharded_optimizer::step instead) and the loss.
+  // One reduction per optimizer step: the gradients once (all-reduced without ZeRO,
+  // reduce-scattered at stages 1 and 2) and the loss.
   if (shape.data > 1) {
-    const std::int64_t grads = Plan::zero_stage < 2 ? 4 * got.local_elements : 0;
-    CHECK(got.data_all_reduce_bytes == grads + 4);
+    const std::int64_t grads = 4 * got.local_elements;
+    CHECK(got.data_all_reduce_bytes == (Plan::zero_stage == 0 ? grads : 0) + 4);
+    CHECK(got.data_reduce_scatter_bytes == (Plan::zero_stage == 0 ? 0 : grads));
   }
   return true;
 }
@@ -180,6 +184,26 @@ TEST_CASE("plans: K accumulation steps equal the single process on the batches' 
           "accumulate, ZeRO", ref);
   // One rank: no data split, so no ZeRO plan fits.
   CHECK(zero >= (tp::mpi_communicator::world().size() > 1 ? 1 : 0));
+}
+
+TEST_CASE("plans: accumulation on the interleaved schedule equals the single process",
+          "[parallel][accumulate]") {
+  // interleaved_1f1b<2>: the seven-layer MLP in P V = 4 chunks, M = 2 micro-batches.
+  const auto ref =
+      union_reference<DeepMLP<tessera::fp32>>(run_options{.global_batch = 8, .steps = 3});
+  using V2 = tp::interleaved_1f1b<2>;
+  using M = DeepMLP<tessera::fp32>;
+  const int ran =
+      int(check_accumulated<M, tp::plan<tp::pipeline<2>>, 2, V2>("interleaved", ref)) +
+      int(check_accumulated<M, tp::plan<tp::data<2>, tp::pipeline<2>>, 2, V2>("interleaved", ref)) +
+      int(check_accumulated<M, tp::plan<tp::tensor<2>, tp::pipeline<2>>, 2, V2>("interleaved",
+                                                                                ref)) +
+      int(check_accumulated<M, tp::plan<tp::data<2, tp::zero<2>>, tp::pipeline<2>>, 2, V2>(
+          "interleaved, ZeRO 2", ref)) +
+      int(check_accumulated<M, tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>, 2, V2>(
+          "interleaved", ref));
+  const int n = tp::mpi_communicator::world().size();
+  CHECK(ran == (n == 2 ? 1 : n == 4 ? 3 : n == 8 ? 1 : 0));
 }
 
 TEST_CASE("plans: one rank's accumulation is the single process's, bit for bit",

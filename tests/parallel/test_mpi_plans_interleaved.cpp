@@ -11,10 +11,6 @@ namespace {
 
 constexpr int any = int(tessera::dyn);
 
-template <class P>
-using DeepMLP = nn::Sequential<nn::Linear<23, 32, P>, nn::ReLU, nn::Linear<32, 24, P>, nn::GELU,
-                               nn::Linear<24, 16, P>, nn::ReLU, nn::Linear<16, 10, P>>;
-
 using plans = std::tuple<tp::plan<tp::pipeline<2>>, tp::plan<tp::data<any>, tp::pipeline<2>>,
                          tp::plan<tp::tensor<2>, tp::pipeline<2>>,
                          tp::plan<tp::data<any>, tp::tensor<2>, tp::pipeline<2>>>;
@@ -82,4 +78,56 @@ TEST_CASE("pipeline plans start the gradient all-reduce during backward", "[para
   check_overlap<V2, 4>("interleaved_1f1b<2>, M = 4");
   check_overlap<tp::one_f_one_b, 4>("1F1B, M = 4");
   check_overlap<tp::gpipe, 2>("GPipe, M = 2");
+}
+
+namespace {
+/// plan_stage::evaluate under Plan on schedule Kind against the single-process model on the
+/// same 16 samples (the initial weights): the loss sum within fp32 rounding of the tensor
+/// split's sums, the same correct predictions and count. False if Plan does not fit.
+template <class Plan, class Kind, int M>
+bool check_evaluate(const char* what) {
+  using Model = DeepMLP<tessera::fp32>;
+  auto world = tp::mpi_communicator::world();
+  if (!Plan::fits(world.size())) return false;
+  const run_options o{.global_batch = 16};
+  Kokkos::DefaultExecutionSpace exec;
+  nn::SoftmaxCrossEntropy loss;
+  Model model(o.seed);
+  auto x = make_input<Model>(o.global_batch);
+  Kokkos::View<int*> labels("labels", o.global_batch);
+  fill_batch(0, 0, x, labels);
+  const auto y = model.forward(exec, x);
+  const double ref_loss = double(loss.forward(exec, y, labels)) * o.global_batch;
+  tessera::index_t ref_correct = 0;
+  for (int i = 0; i < o.global_batch; ++i) {
+    int best = 0;
+    for (int j = 1; j < 10; ++j)
+      if (y(i, j) > y(i, best)) best = j;
+    ref_correct += best == labels(i);
+  }
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  tp::with_plan_stage<Plan, Model, Kind, M>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+    const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
+    auto xs = make_input<Model>(share);
+    Kokkos::View<int*> ls("labels", share);
+    fill_batch(0, first, xs, ls);
+    const tp::evaluation e = stage.evaluate(exec, xs, ls, loss);
+    INFO(what << " " << Plan::name());
+    CHECK(e.loss_sum == Approx(ref_loss).epsilon(1e-5));
+    CHECK(e.correct == ref_correct);
+    CHECK(e.count == o.global_batch);
+  });
+  return true;
+}
+} // namespace
+
+TEST_CASE("interleaved 1F1B plans: evaluate equals the single process", "[parallel]") {
+  // The batch goes around the ranks once per chunk; one_f_one_b's evaluate beside it.
+  int interleaved = 0, plain = 0;
+  [&]<class... P>(std::tuple<P...>*) {
+    interleaved = (int(check_evaluate<P, V2, 2>("interleaved")) + ...);
+    plain = (int(check_evaluate<P, tp::one_f_one_b, 2>("one_f_one_b")) + ...);
+  }(static_cast<plans*>(nullptr));
+  CHECK(interleaved == expected_plans(world_size()));
+  CHECK(plain == interleaved);
 }

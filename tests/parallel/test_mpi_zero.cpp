@@ -4,18 +4,17 @@
 // and with tensor<2> or pipeline<2> where the world size allows. Run at 1, 2, 3, 4 and 8 ranks (3:
 // an odd data degree, shards of unequal sizes).
 //
-// Bounds. Stage 1 all-reduces exactly as stage 0 and updates each element with the same
-// arithmetic: bit-identical (max |w1 - w0| == 0), checked. Stage 2 sums each gradient over the
-// data group with MPI_Reduce_scatter_block instead of MPI_Allreduce, whose order of the D terms
-// may differ: bit-identical for D <= 2 (two terms commute), checked; else each averaged gradient
-// within ~D ulps of the sum of |g_r|. SGD carries that into the weights as lr x (a few 2^-24
-// relative): measured 1.5e-8 at D = 4 and 8. AdamW divides by sqrt(v): where the ranks'
+// Bounds. Stages 1 and 2 update each element with stage 0's arithmetic but sum each gradient
+// over the data group with MPI_Ireduce_scatter instead of MPI_Iallreduce, whose order of the D
+// terms may differ: bit-identical for D <= 2 (two terms commute), checked; else each averaged
+// gradient within ~D ulps of the sum of |g_r|. SGD carries that into the weights as lr x (a few
+// 2^-24 relative): measured 1.5e-8 at D = 4 and 8. AdamW divides by sqrt(v): where the ranks'
 // gradients nearly cancel, an ulp-level change of the sum is a large relative one, and the
 // update (at most lr = 1e-3 per step) can move by a visible fraction of lr: measured 1.2e-6 (D =
 // 3), 1.8e-6 (D = 4), 3.5e-6 (D = 8) on FashionCNN after 3 steps. The check uses 1e-5 (AdamW's
 // worst case, lr x steps = 3e-3, is not a useful bound; this one is empirical and stated as
 // such). A wrong shard, offset or missed reduction moves SGD weights by lr |g| ~ 1e-3 and breaks
-// the bit-identity of stage 1 and of D <= 2.
+// the bit-identity at D <= 2.
 #include "nn_run.hpp"
 
 #include <tessera/parallel/mpi.hpp>
@@ -28,7 +27,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <vector>
 
 using namespace tessera_test;
 namespace tp = tessera::parallel;
@@ -42,6 +43,7 @@ struct zero_run {
   std::map<std::string, std::vector<float>> values; // whole, by name (gathered over tensor)
   tp::zero_memory memory;
   tp::shard_layout layout;
+  std::size_t bucket_buffer_bytes = 0; // the stage's gradient buckets' buffers
   int data_rank = 0;
   bool ran = false;
 };
@@ -72,6 +74,7 @@ zero_run train_zero(const Optimizer& opt, const run_options& o) {
           z.step(exec);
         }
         out.memory = stage.memory(z);
+        out.bucket_buffer_bytes = stage.buckets().buffer_bytes();
         out.layout = z.layout();
         out.values = stage.gather_parameters();
       });
@@ -108,16 +111,17 @@ void check_memory(const zero_run& r, int stage, int slots) {
   const std::int64_t mine = stage == 0 ? n : r.layout.size(r.data_rank);
   // The optimizer state: exactly the slots of this rank's shard.
   CHECK(m.optimizer_bytes == std::size_t(4 * slots * mine));
-  // The reduced gradients: the buckets' fp32 buffers (whole) at stages 0 and 1, the padded
-  // reduce-scatter shard at stage 2.
-  CHECK(m.gradient_bytes == std::size_t(stage == 2 ? 4 * ((n + d - 1) / d) : 4 * n));
-  // The staging buffers, sized once: stage 2's reduce-scatter input (D padded chunks), stages
-  // 1 and 2's all-gather (one chunk in, D out); none at stage 0.
+  // The reduced gradients: the buckets' fp32 buffers (whole) at stages 0 and 1, this rank's
+  // shard at stage 2.
+  CHECK(m.gradient_bytes == std::size_t(stage == 2 ? 4 * mine : 4 * n));
+  if (stage < 2) CHECK(r.bucket_buffer_bytes == std::size_t(4 * n));
+  // The staging buffers, sized once: stages 1 and 2's all-gather (one chunk in, D out), and
+  // stage 2's two bucket-sized reduce-scatter buffers (the whole gradient when one bucket holds
+  // it all: then there is one); none at stage 0.
   const std::size_t chunk = std::size_t((n + d - 1) / d);
-  CHECK(m.staging_bytes == 4 * chunk *
-                               std::size_t(stage == 2   ? 2 * d + 1
-                                           : stage == 1 ? d + 1
-                                                        : 0));
+  CHECK(m.staging_bytes == (stage == 0 ? 0 : 4 * chunk * std::size_t(d + 1)) +
+                               (stage == 2 ? r.bucket_buffer_bytes : 0));
+  if (stage == 2) CHECK(r.bucket_buffer_bytes <= std::size_t(2 * 4 * n));
   // Balanced: shards differ by at most one element and cover N.
   if (stage > 0) {
     std::int64_t total = 0, lo = n, hi = 0;
@@ -151,11 +155,15 @@ int check_stages(const char* what, const Optimizer& opt, int slots, const run_op
     WARN(what << " " << plan_name << " D=" << d << ": max |w_stage1 - w_unsharded| = " << d1
               << ", max |w_stage2 - w_unsharded| = " << d2);
   INFO(what << " D=" << d);
-  CHECK(d1 == 0.f);
-  if (d <= 2)
+  if (d <= 2) {
+    CHECK(d1 == 0.f);
     CHECK(d2 == 0.f);
-  else
+  } else {
+    CHECK(d1 <= bound2);
     CHECK(d2 <= bound2);
+  }
+  // Stages 1 and 2 reduce alike (they differ in staging memory only): the same weights.
+  CHECK(max_diff(s1, s2) == 0.f);
   check_memory(s0, 0, slots);
   check_memory(s1, 1, slots);
   check_memory(s2, 2, slots);
@@ -285,13 +293,13 @@ namespace {
 /// One forward_backward of the MLP under plan<data<dyn, zero<S>>>, then the checks of `f(stage,
 /// z, mesh)`.
 template <int S, class F>
-void after_one_backward(F&& f) {
+void after_one_backward(F&& f, std::size_t bucket_bytes = run_options{}.bucket_bytes) {
   using Plan = tp::plan<tp::data<any, tp::zero<S>>>;
   auto world = tp::mpi_communicator::world();
   Kokkos::DefaultExecutionSpace exec;
   tp::mesh<Plan, tp::mpi_communicator> mesh(world);
   const run_options o{.global_batch = 24};
-  tp::with_plan_stage<Plan, MLP<tessera::fp32>>(mesh, o.seed, o.bucket_bytes, [&](auto& stage) {
+  tp::with_plan_stage<Plan, MLP<tessera::fp32>>(mesh, o.seed, bucket_bytes, [&](auto& stage) {
     auto z = stage.make_optimizer(tessera::train::adamw{.lr = 1e-3f});
     nn::SoftmaxCrossEntropy loss;
     const int share = o.global_batch / mesh.shape.data, first = mesh.at.data * share;
@@ -306,13 +314,11 @@ void after_one_backward(F&& f) {
 
 TEST_CASE("zero: a non-finite gradient on one rank skips the step on every rank", "[parallel]") {
   const auto check = [](auto& exec, auto& stage, auto& z, auto& mesh) {
-    // The first gradient element becomes inf: at stage 2 on the last rank only (before the
-    // reduce-scatter, which brings it to the shard's owner, rank 0, alone); at stage 1 on every
-    // rank (as after an all-reduce). Only rank 0's shard holds it: every rank must skip.
-    constexpr int S = std::remove_cvref_t<decltype(z)>::stage;
+    // The first gradient element, reduced, becomes inf in rank 0's shard (the gradients were
+    // reduce-scattered during backward): only rank 0 holds it, and every rank must skip.
     bool first_param = true;
     boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-      if (first_param && (S == 1 || mesh.at.data == mesh.shape.data - 1))
+      if (first_param && mesh.at.data == 0)
         p.grad.data()[0] = std::numeric_limits<float>::infinity();
       first_param = false;
     });
@@ -330,25 +336,99 @@ TEST_CASE("zero: a non-finite gradient on one rank skips the step on every rank"
 }
 
 TEST_CASE("zero: the gradient norm is the norm of the whole averaged gradient", "[parallel]") {
-  // Reference: every local gradient all-reduced whole and averaged here, its norm in double.
-  const auto check = [](auto& exec, auto& stage, auto& z, auto& mesh) {
-    std::vector<float> g;
-    boost::hana::for_each(stage.parameters(), [&](const auto& p) {
-      g.insert(g.end(), p.grad.data(), p.grad.data() + p.size());
-    });
-    constexpr int S = std::remove_cvref_t<decltype(z)>::stage;
-    if (S == 2) { // stage 1's buckets averaged already; stage 2's gradients are local
-      mesh.data.all_reduce_sum(g.data(), std::int64_t(g.size()));
-      for (float& v : g) v *= 1.0f / float(mesh.shape.data);
-    }
+  // Reference: the unsharded plan's gradients after the same backward (all-reduced whole and
+  // averaged), their norm in double.
+  double reference = 0;
+  after_one_backward<0>([&](auto&, auto& stage, auto&, auto&) {
     double sq = 0;
-    for (float v : g) sq += double(v) * double(v);
+    boost::hana::for_each(stage.parameters(), [&](const auto& p) {
+      for (std::int64_t i = 0; i < p.size(); ++i) sq += double(p.grad.data()[i]) * p.grad.data()[i];
+    });
+    reference = std::sqrt(sq);
+  });
+  REQUIRE(reference > 0);
+  const auto check = [&](auto& exec, auto&, auto& z, auto&) {
     const double norm = z.grad_norm(exec);
-    CHECK(norm == Approx(std::sqrt(sq)).epsilon(1e-6));
+    CHECK(norm == Approx(reference).epsilon(1e-6));
     // Clipping to half the norm halves it.
     z.clip_grad_norm(exec, 0.5 * norm);
     CHECK(z.grad_norm(exec) == Approx(0.5 * norm).epsilon(1e-5));
   };
   after_one_backward<1>(check);
   after_one_backward<2>(check);
+}
+
+TEST_CASE("zero: the gradient reduce-scatter overlaps backward, and needs the buckets",
+          "[parallel]") {
+  // Every bucket's reduce-scatter starts from mark_ready, during backward (none is left to
+  // finish()), at both stages; the MLP's layers make several buckets of 256 bytes.
+  const auto check = [](auto&, auto& stage, auto& z, auto& mesh) {
+    CHECK(stage.buckets().bucket_count() > 2);
+    CHECK(stage.buckets().overlapped_buckets() == stage.buckets().bucket_count());
+    // A stage 1 or 2 optimizer without reduce-scatter buckets over the same parameters would
+    // step unreduced gradients: refused.
+    using Z = std::remove_cvref_t<decltype(z)>;
+    CHECK_THROWS_WITH((Z(mesh.data, stage.parameters(), tessera::train::adamw{.lr = 1e-3f})),
+                      Catch::Contains("none were given"));
+    tp::gradient_buckets<tp::mpi_communicator, typename Z::memory_space> all_reduce(
+        mesh.data, stage.parameters(), 256);
+    CHECK_THROWS_WITH(
+        (Z(mesh.data, stage.parameters(), tessera::train::adamw{.lr = 1e-3f}, &all_reduce)),
+        Catch::Contains("all-reduce"));
+  };
+  after_one_backward<1>(check, 256);
+  after_one_backward<2>(check, 256);
+}
+
+TEST_CASE("zero: the buckets' reduce-scatter gives each rank the average of its shard",
+          "[parallel]") {
+  // Gradients of integer values (exact sums in any order): element i of rank r's flattened
+  // gradient is r + 1 + (i mod 7). After finish() each rank's shard holds the average,
+  // float(sum) * (1 / D), bit for bit, and every other element what backward left; the
+  // all-reduce form leaves the average everywhere. Bucket sizes from one parameter per bucket
+  // to all in one, so buckets cross shard boundaries anywhere (and the staged form reuses its
+  // two buffers).
+  auto world = tp::mpi_communicator::world();
+  const int d = world.size(), r = world.rank();
+  Kokkos::DefaultExecutionSpace exec;
+  for (const std::size_t bytes :
+       {std::size_t(1), std::size_t(256), std::size_t(3000), std::size_t(1) << 20})
+    for (const auto how : {tp::bucket_reduction::all_reduce, tp::bucket_reduction::reduce_scatter,
+                           tp::bucket_reduction::reduce_scatter_staged}) {
+      MLP<tessera::fp32> model(1);
+      const auto params = model.parameters();
+      tp::gradient_buckets<tp::mpi_communicator> buckets(world, params, bytes, how);
+      const auto local = [&](int rank, std::int64_t i) { return float(rank + 1 + i % 7); };
+      std::vector<float*> grads;
+      std::vector<std::int64_t> sizes;
+      std::int64_t n = 0;
+      boost::hana::for_each(params, [&](const auto& p) {
+        for (std::int64_t i = 0; i < p.size(); ++i) p.grad.data()[i] = local(r, n + i);
+        grads.push_back(p.grad.data());
+        sizes.push_back(p.size());
+        n += p.size();
+      });
+      // Marked in reverse order, as backward would.
+      std::vector<std::function<void()>> marks;
+      boost::hana::for_each(params, [&](const auto& p) {
+        marks.push_back([&buckets, &exec, p] { buckets.mark_ready(exec, p); });
+      });
+      for (auto it = marks.rbegin(); it != marks.rend(); ++it) (*it)();
+      buckets.finish(exec);
+      INFO("bucket_bytes " << bytes << ", reduction " << int(how) << ", D " << d);
+      CHECK(buckets.overlapped_buckets() == buckets.bucket_count());
+      const tp::shard_layout layout{n, d};
+      CHECK(buckets.layout().elements == n);
+      std::int64_t g = 0, wrong = 0;
+      for (std::size_t k = 0; k < grads.size(); ++k)
+        for (std::int64_t i = 0; i < sizes[k]; ++i, ++g) {
+          float sum = 0;
+          for (int q = 0; q < d; ++q) sum += local(q, g);
+          const bool mine = how == tp::bucket_reduction::all_reduce ||
+                            (g >= layout.begin(r) && g < layout.end(r));
+          const float expected = mine ? sum * (1.0f / float(d)) : local(r, g);
+          wrong += grads[k][i] != expected;
+        }
+      CHECK(wrong == 0);
+    }
 }

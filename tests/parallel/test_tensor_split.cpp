@@ -55,15 +55,14 @@ static_assert(
 // Any unscaled precision splits (fp16 as bf16); the shard layers instantiate with it.
 static_assert(std::is_same_v<
               tp::tensor_split_t<CNN<tessera::fp16>, 2>,
-              nn::Sequential<nn::Input<1, 28, 28>,
-                             tp::ColumnParallelConv2d<1, 32, 3, nn::conv_options{.pad = 1}, 2,
-                                                      tessera::fp16>,
-                             nn::ReLU, nn::MaxPool2d<2>,
-                             tp::RowParallelConv2d<32, 64, 3, nn::conv_options{.pad = 1}, 2,
-                                                   tessera::fp16>,
-                             nn::ReLU, nn::MaxPool2d<2>, nn::Flatten,
-                             tp::ColumnParallelLinear<3136, 128, 2, tessera::fp16>, nn::ReLU,
-                             tp::RowParallelLinear<128, 10, 2, tessera::fp16>>>);
+              nn::Sequential<
+                  nn::Input<1, 28, 28>,
+                  tp::ColumnParallelConv2d<1, 32, 3, nn::conv_options{.pad = 1}, 2, tessera::fp16>,
+                  nn::ReLU, nn::MaxPool2d<2>,
+                  tp::RowParallelConv2d<32, 64, 3, nn::conv_options{.pad = 1}, 2, tessera::fp16>,
+                  nn::ReLU, nn::MaxPool2d<2>, nn::Flatten,
+                  tp::ColumnParallelLinear<3136, 128, 2, tessera::fp16>, nn::ReLU,
+                  tp::RowParallelLinear<128, 10, 2, tessera::fp16>>>);
 static_assert(sizeof(tp::ColumnParallelLinear<16, 8, 2, tessera::fp16>) > 0 &&
               sizeof(tp::RowParallelLinear<16, 8, 2, tessera::fp16>) > 0);
 // Shapes through the split model: conv 1 makes 16 of the 32 channels; conv 4 takes them and

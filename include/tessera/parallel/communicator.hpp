@@ -16,6 +16,10 @@
 ///   broadcast(buf, n, root)                     buf = root's buf
 ///   send(buf, n, peer, tag) / recv(buf, n, peer, tag)
 ///   iall_reduce_sum / isend / irecv             the same, returning a request to wait() on
+///   ireduce_scatter_sum(buf, counts)            fp32, in place, rank r's count counts[r]:
+///                                               buf[i] = sum over ranks of buf[off + i],
+///                                               off = counts[0] + ... + counts[rank - 1],
+///                                               for i < counts[rank]; a request
 ///   all_of(flag)                                logical and of flag over ranks
 ///   split(colour, key)                          sub-communicators (MPI_Comm_split semantics)
 ///   barrier(), abort(code)
@@ -101,7 +105,7 @@ concept CommScalar = detail::PrecisionStorage<T> && std::same_as<T, wire_t<preci
 template <class C>
 concept Communicator = std::move_constructible<C> &&
     requires(C& c, const C& cc, float* f, const float* cf, bfloat16* b, const bfloat16* cb,
-             std::int64_t n, int peer, bool flag) {
+             std::int64_t n, const std::int64_t* counts, int peer, bool flag) {
   { cc.rank() } -> std::convertible_to<int>;
   { cc.size() } -> std::convertible_to<int>;
   c.all_reduce_sum(f, n);
@@ -112,6 +116,7 @@ concept Communicator = std::move_constructible<C> &&
   c.all_gather(cb, b, n);
   c.reduce_scatter_sum(cf, f, n);
   c.reduce_scatter_sum(cb, b, n);
+  { c.ireduce_scatter_sum(f, counts) } -> std::same_as<request>;
   c.broadcast(f, n, peer);
   c.broadcast(b, n, peer);
   c.send(cf, n, peer, peer);
@@ -165,6 +170,10 @@ public:
   void reduce_scatter_sum(const T* send, T* recv, std::int64_t n) {
     detail::check_comm_args("reduce_scatter_sum", n, 0, 1);
     if (n > 0 && send != recv) std::memmove(recv, send, sizeof(T) * std::size_t(n));
+  }
+  request ireduce_scatter_sum(float* /*buf*/, const std::int64_t* counts) {
+    detail::check_comm_args("ireduce_scatter_sum", counts[0], 0, 1); // a sum of one: in place
+    return request{};
   }
   template <CommScalar T>
   void broadcast(T* /*buf*/, std::int64_t n, int root) {

@@ -27,7 +27,7 @@ namespace tessera::parallel {
 struct comm_counts {
   std::int64_t all_reduce = 0;     ///< all_reduce_sum and iall_reduce_sum
   std::int64_t all_gather = 0;     ///< this rank's part
-  std::int64_t reduce_scatter = 0; ///< the whole send buffer
+  std::int64_t reduce_scatter = 0; ///< the whole send buffer (of both forms)
   std::int64_t broadcast = 0;
   std::int64_t send = 0; ///< send and isend
   std::int64_t total() const noexcept {
@@ -66,6 +66,12 @@ public:
   void reduce_scatter_sum(const T* send, T* recv, std::int64_t n) {
     add(counts_->reduce_scatter, n * std::int64_t(size()) * std::int64_t(sizeof(T)));
     inner_.reduce_scatter_sum(send, recv, n);
+  }
+  request ireduce_scatter_sum(float* buf, const std::int64_t* counts) {
+    std::int64_t n = 0;
+    for (int r = 0; r < size(); ++r) n += counts[r];
+    add(counts_->reduce_scatter, n * std::int64_t(sizeof(float)));
+    return inner_.ireduce_scatter_sum(buf, counts);
   }
   template <CommScalar T>
   void broadcast(T* buf, std::int64_t n, int root) {

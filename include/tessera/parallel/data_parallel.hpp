@@ -15,6 +15,10 @@
 /// before it run their backward. A parameter never marked is reduced by finish(): forgetting a
 /// mark costs overlap, never correctness.
 ///
+/// With bucket_reduction::reduce_scatter (or _staged) the same buckets reduce-scatter instead:
+/// each rank receives the average of its shard (shard_layout) of the flattened gradients only,
+/// as ZeRO stages 1 and 2 want (parallel/zero.hpp).
+///
 /// Averaging assumes every rank's loss is the mean over an equal share of the global batch:
 /// the average of the ranks' gradients is then the gradient of the global-batch mean.
 
@@ -25,7 +29,9 @@
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/length.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -34,9 +40,52 @@
 
 namespace tessera::parallel {
 
-/// Bucketed gradient all-reduce over a data-parallel communicator (see the file comment).
+/// N elements split over D ranks into contiguous shards, balanced: rank r owns
+/// [begin(r), end(r)) with begin(r) = floor(r N / D); sizes differ by at most one.
+struct shard_layout {
+  std::int64_t elements = 0; ///< N
+  int ranks = 1;             ///< D
+
+  constexpr std::int64_t begin(int r) const noexcept { return elements * r / ranks; }
+  constexpr std::int64_t end(int r) const noexcept { return begin(r + 1); }
+  constexpr std::int64_t size(int r) const noexcept { return end(r) - begin(r); }
+  /// The largest shard, ceil(N / D): the count every rank hands to the collectives (padded).
+  constexpr std::int64_t chunk() const noexcept { return (elements + ranks - 1) / ranks; }
+  /// Calls f(q, a, b) for each rank q whose shard meets [first, last), with [a, b) the
+  /// intersection, in increasing order.
+  template <class F>
+  void for_each_owner(std::int64_t first, std::int64_t last, F&& f) const {
+    if (first >= last) return;
+    int q = elements > 0 ? int(first * ranks / elements) : 0;
+    while (q > 0 && begin(q) > first) --q;
+    while (q + 1 < ranks && end(q) <= first) ++q;
+    for (; q < ranks && begin(q) < last; ++q) {
+      const std::int64_t a = std::max(first, begin(q)), b = std::min(last, end(q));
+      if (a < b) f(q, a, b);
+    }
+  }
+};
+
+/// What gradient_buckets do with a full bucket (see gradient_buckets).
+enum class bucket_reduction {
+  all_reduce,            ///< every rank receives the bucket's group average (DDP, ZeRO stage 0)
+  reduce_scatter,        ///< each rank receives the average of its shard's part of the bucket;
+                         ///< every bucket staged in a buffer of its own (ZeRO stage 1)
+  reduce_scatter_staged, ///< the same through two bucket-sized staging buffers used in turn
+                         ///< (ZeRO stage 2: no whole-gradient buffer)
+};
+
+/// Bucketed gradient reduction over a data-parallel communicator (see the file comment).
 /// Wire is float (default) or bfloat16: the precision the buckets travel in (bf16 halves the
 /// bytes; the sum is still computed in fp32, then each gradient rounds to bf16 once).
+///
+/// The reduce-scatter forms (ZeRO, parallel/zero.hpp; fp32 wire only) split the parameters,
+/// flattened in parameter order into N elements, as shard_layout{N, D}; a bucket is a run of
+/// consecutive parameters, so a contiguous range of those N elements, and each rank receives
+/// the group sum of the bucket's elements inside its shard (MPI_Ireduce_scatter, in place,
+/// with those counts), started as soon as the bucket is full, like the all-reduce. Afterwards
+/// the gradients of this rank's shard hold the group average; the rest of each gradient is
+/// left as backward wrote it.
 template <Communicator C, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space,
           class Wire = float>
 class gradient_buckets {
@@ -48,10 +97,15 @@ public:
   /// `bucket_bytes` (in Wire bytes). Throws value_error if bucket_bytes is 0 or two
   /// parameters share a gradient buffer.
   template <class Params>
-  gradient_buckets(C comm, const Params& params, std::size_t bucket_bytes)
-      : comm_(std::move(comm)), bucket_bytes_(bucket_bytes) {
+  gradient_buckets(C comm, const Params& params, std::size_t bucket_bytes,
+                   bucket_reduction how = bucket_reduction::all_reduce)
+      : comm_(std::move(comm)), bucket_bytes_(bucket_bytes), how_(how) {
     if (bucket_bytes == 0)
       throw value_error("tessera::parallel::gradient_buckets: bucket_bytes must be positive");
+    if (how != bucket_reduction::all_reduce && !std::is_same_v<Wire, float>)
+      throw value_error("tessera::parallel::gradient_buckets: the reduce-scatter forms (ZeRO) "
+                        "carry fp32 gradients; a bf16 wire is only for the all-reduce");
+    std::int64_t n = 0;
     boost::hana::for_each(params, [&](const auto& p) {
       static_assert(nn::Parameter<decltype(p)>,
                     "tessera::parallel::gradient_buckets: every element must be an "
@@ -60,8 +114,10 @@ public:
           std::is_same_v<typename std::remove_cvref_t<decltype(p)>::memory_space, MemorySpace>,
           "tessera::parallel::gradient_buckets: the parameters live in another "
           "memory space than MemorySpace");
-      slots_.push_back({p.name, grad_view(p.grad.data(), std::size_t(p.size())), 0, 0});
+      slots_.push_back({p.name, grad_view(p.grad.data(), std::size_t(p.size())), 0, 0, n});
+      n += p.size();
     });
+    layout_ = {n, comm_.size()};
     // Reverse order: the last layer's gradients are final first.
     std::size_t bytes = 0;
     for (std::size_t k = slots_.size(); k-- > 0;) {
@@ -72,23 +128,38 @@ public:
       bucket& b = buckets_.back();
       slot& s = slots_[k];
       s.bucket = buckets_.size() - 1;
-      s.offset = b.elements;
       b.slots.push_back(k);
       b.elements += s.grad.extent(0);
+      b.first = s.global; // the bucket's lowest parameter comes last
       bytes += s.grad.extent(0) * sizeof(Wire);
       if (!index_.emplace(s.grad.data(), k).second)
         throw value_error("tessera::parallel::gradient_buckets: parameters '" + s.name + "' and '" +
                           slots_[index_[s.grad.data()]].name + "' share a gradient buffer");
     }
+    // Each bucket holds its elements in parameter order: [first, first + elements) of the N.
+    for (slot& s : slots_) s.offset = std::size_t(s.global - buckets_[s.bucket].first);
+    std::size_t largest = 0;
     for (bucket& b : buckets_) {
-      b.flat = host_view("tessera::parallel::gradient_buckets::flat", b.elements);
+      largest = std::max(largest, b.elements);
+      if (how_ != bucket_reduction::reduce_scatter_staged)
+        b.flat = host_view("tessera::parallel::gradient_buckets::flat", b.elements);
       if constexpr (std::is_same_v<Wire, bfloat16>) b.wire.resize(b.elements);
       b.pending = b.slots.size();
+      if (how_ != bucket_reduction::all_reduce) {
+        b.counts.assign(std::size_t(layout_.ranks), 0);
+        layout_.for_each_owner(
+            b.first, b.first + std::int64_t(b.elements),
+            [&](int q, std::int64_t lo, std::int64_t hi) { b.counts[std::size_t(q)] = hi - lo; });
+      }
     }
+    if (how_ == bucket_reduction::reduce_scatter_staged)
+      for (std::size_t i = 0; i < std::min<std::size_t>(2, buckets_.size()); ++i)
+        staging_.push_back(
+            {host_view("tessera::parallel::gradient_buckets::staging", largest), nullptr});
   }
 
   /// The gradient of `p` (one of the parameters given at construction) is final for this step.
-  /// When it completes its bucket, the bucket is packed and its all-reduce started. Marking a
+  /// When it completes its bucket, the bucket is packed and its reduction started. Marking a
   /// parameter twice in one step throws value_error.
   template <class Exec, nn::Parameter P>
   void mark_ready(const Exec& exec, const P& p) {
@@ -109,7 +180,7 @@ public:
     poll();
   }
 
-  /// Lets in-flight all-reduces progress (MPI progresses only inside MPI calls): call it
+  /// Lets in-flight reductions progress (MPI progresses only inside MPI calls): call it
   /// between layers' backwards for more overlap. Non-blocking.
   void poll() {
     for (bucket& b : buckets_)
@@ -117,32 +188,26 @@ public:
   }
 
   /// Starts the buckets not started yet, waits for all, and writes the average over the
-  /// communicator into every gradient. Ready for the next step afterwards.
+  /// communicator into every gradient (the reduce-scatter forms: into this rank's shard of
+  /// them). Ready for the next step afterwards.
   template <class Exec>
   void finish(const Exec& exec) {
     last_marked_starts_ = marked_starts_;
     marked_starts_ = 0;
     for (bucket& b : buckets_)
       if (!b.started) start(exec, b);
-    const float inv = 1.0f / float(comm_.size());
     for (bucket& b : buckets_) {
-      b.req.wait();
-      if constexpr (std::is_same_v<Wire, bfloat16>)
-        for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) = b.wire[i].to_float();
-      for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) *= inv;
-      for (std::size_t k : b.slots) {
-        slot& s = slots_[k];
-        Kokkos::deep_copy(exec, s.grad, Kokkos::subview(b.flat, range(s.offset, s.grad.extent(0))));
-        s.ready = false;
-      }
-      b.started = false;
+      complete(exec, b);
+      for (std::size_t k : b.slots) slots_[k].ready = false;
+      b.started = b.done = false;
       b.pending = b.slots.size();
     }
+    for (stage_buffer& sb : staging_) sb.user = nullptr;
     exec.fence();
   }
 
   std::size_t bucket_count() const noexcept { return buckets_.size(); }
-  /// Buckets whose all-reduce the last finished step started from mark_ready, while backward
+  /// Buckets whose reduction the last finished step started from mark_ready, while backward
   /// was still running (the others started in finish(), after it): bucket_count() when every
   /// parameter was marked, 0 without overlap.
   std::size_t overlapped_buckets() const noexcept { return last_marked_starts_; }
@@ -150,18 +215,26 @@ public:
   const std::vector<std::size_t>& bucket_parameters(std::size_t i) const {
     return buckets_.at(i).slots;
   }
-  /// Bytes this rank hands to all-reduce per step: the gradient count times sizeof(Wire).
+  bucket_reduction reduction() const noexcept { return how_; }
+  /// The split of the flattened parameters over the communicator the reduce-scatter forms use
+  /// (N = every gradient element, D = the communicator's size).
+  const shard_layout& layout() const noexcept { return layout_; }
+  /// Bytes this rank hands to the collectives per step: the gradient count times sizeof(Wire).
   std::size_t bytes_per_step() const noexcept {
     std::size_t n = 0;
     for (const bucket& b : buckets_) n += b.elements;
     return n * sizeof(Wire);
   }
-  /// Bytes of the buffers the gradients are reduced in (fp32 per gradient, plus the bf16 wire
-  /// copy when Wire is bfloat16): the reduced gradients a data-parallel rank keeps whole.
+  /// Bytes of the buffers the gradients are reduced in: fp32 per gradient (plus the bf16 wire
+  /// copy when Wire is bfloat16) for the all-reduce and reduce_scatter, two of the largest
+  /// bucket for reduce_scatter_staged.
   std::size_t buffer_bytes() const noexcept {
     std::size_t n = 0;
-    for (const bucket& b : buckets_)
-      n += b.flat.extent(0) * sizeof(float) + b.wire.size() * sizeof(bfloat16);
+    for (const bucket& b : buckets_) // (staged: each flat is a view of a staging buffer)
+      n +=
+          (how_ == bucket_reduction::reduce_scatter_staged ? 0 : b.flat.extent(0) * sizeof(float)) +
+          b.wire.size() * sizeof(bfloat16);
+    for (const stage_buffer& sb : staging_) n += sb.buffer.extent(0) * sizeof(float);
     return n;
   }
   const C& communicator() const noexcept { return comm_; }
@@ -176,20 +249,34 @@ private:
   struct slot {
     std::string name;
     grad_view grad;
-    std::size_t bucket = 0, offset = 0;
+    std::size_t bucket = 0, offset = 0; // offset: in its bucket
+    std::int64_t global = 0;            // of its first element among the N
     bool ready = false;
   };
   struct bucket {
     std::vector<std::size_t> slots;
     std::size_t elements = 0, pending = 0;
-    host_view flat;
+    std::int64_t first = 0; // its first element among the N
+    host_view flat;         // reduce_scatter_staged: a staging buffer's while in flight
     std::vector<bfloat16> wire;
+    std::vector<std::int64_t> counts; // the reduce-scatter forms: elements per rank
     request req;
-    bool started = false;
+    bool started = false, done = false;
+  };
+  struct stage_buffer {
+    host_view buffer;
+    bucket* user; // the bucket in flight in it, or null
   };
 
   template <class Exec>
   void start(const Exec& exec, bucket& b) {
+    if (how_ == bucket_reduction::reduce_scatter_staged) {
+      // The staging buffers in turn; the bucket that used this one completes first.
+      stage_buffer& sb = staging_[next_staging_++ % staging_.size()];
+      if (sb.user) complete(exec, *sb.user);
+      sb.user = &b;
+      b.flat = Kokkos::subview(sb.buffer, range(0, b.elements));
+    }
     exec.fence(); // the backward kernels that wrote these gradients have finished
     for (std::size_t k : b.slots) {
       const slot& s = slots_[k];
@@ -199,17 +286,56 @@ private:
     if constexpr (std::is_same_v<Wire, bfloat16>) {
       for (std::size_t i = 0; i < b.elements; ++i) b.wire[i] = bfloat16::from_float(b.flat(i));
       b.req = comm_.iall_reduce_sum(b.wire.data(), std::int64_t(b.elements));
-    } else {
+    } else if (how_ == bucket_reduction::all_reduce) {
       b.req = comm_.iall_reduce_sum(b.flat.data(), std::int64_t(b.elements));
+    } else {
+      b.req = comm_.ireduce_scatter_sum(b.flat.data(), b.counts.data());
     }
     b.started = true;
   }
 
+  /// Waits for b's reduction and writes the average into the gradients (all of them, or this
+  /// rank's shard: the reduce-scatter leaves it at the front of the buffer). Once per step.
+  template <class Exec>
+  void complete(const Exec& exec, bucket& b) {
+    if (b.done) return;
+    b.req.wait();
+    const float inv = 1.0f / float(comm_.size());
+    if (how_ == bucket_reduction::all_reduce) {
+      if constexpr (std::is_same_v<Wire, bfloat16>)
+        for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) = b.wire[i].to_float();
+      for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) *= inv;
+      for (std::size_t k : b.slots) {
+        const slot& s = slots_[k];
+        Kokkos::deep_copy(exec, s.grad, Kokkos::subview(b.flat, range(s.offset, s.grad.extent(0))));
+      }
+    } else {
+      const int r = comm_.rank();
+      const std::int64_t lo = std::max(b.first, layout_.begin(r)),
+                         hi = std::min(b.first + std::int64_t(b.elements), layout_.end(r));
+      for (std::int64_t i = 0; i < hi - lo; ++i) b.flat(std::size_t(i)) *= inv;
+      for (std::size_t k : b.slots) {
+        const slot& s = slots_[k];
+        const std::int64_t a = std::max(lo, s.global),
+                           e = std::min(hi, s.global + std::int64_t(s.grad.extent(0)));
+        if (a < e)
+          Kokkos::deep_copy(
+              exec, Kokkos::subview(s.grad, range(std::size_t(a - s.global), std::size_t(e - a))),
+              Kokkos::subview(b.flat, range(std::size_t(a - lo), std::size_t(e - a))));
+      }
+    }
+    exec.fence(); // the staging buffer may be reused as soon as this returns
+    b.done = true;
+  }
+
   C comm_;
   std::size_t bucket_bytes_;
-  std::size_t marked_starts_ = 0, last_marked_starts_ = 0;
+  bucket_reduction how_;
+  shard_layout layout_;
+  std::size_t marked_starts_ = 0, last_marked_starts_ = 0, next_staging_ = 0;
   std::vector<slot> slots_;
   std::vector<bucket> buckets_;
+  std::vector<stage_buffer> staging_;
   std::unordered_map<const float*, std::size_t> index_;
 };
 

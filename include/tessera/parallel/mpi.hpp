@@ -413,6 +413,26 @@ public:
     }
   }
 
+  /// fp32, in place, variable counts (communicator.hpp): MPI_Ireduce_scatter with MPI_IN_PLACE.
+  request ireduce_scatter_sum(float* buf, const std::int64_t* counts) {
+    auto c = std::make_shared<std::vector<int>>(std::size_t(size_));
+    std::int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      detail::check_comm_args("ireduce_scatter_sum", counts[r], 0, size_);
+      (*c)[std::size_t(r)] = detail::mpi_count("ireduce_scatter_sum", counts[r]);
+      total += counts[r];
+    }
+    detail::mpi_count("ireduce_scatter_sum", total);
+    auto req = std::make_shared<MPI_Request>();
+    const std::int64_t seq = watch_ ? watch_->next() : 0;
+    detail::mpi_check(
+        MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c->data(), MPI_FLOAT, MPI_SUM, *comm_, req.get()),
+        "ireduce_scatter_sum");
+    return request(
+        [req, c, w = watch_, seq] { finish(w, req.get(), "ireduce_scatter_sum", seq, -1); },
+        detail::mpi_poll(req));
+  }
+
   template <CommScalar T>
   void all_gather(const T* send, T* recv, std::int64_t n) {
     detail::check_comm_args("all_gather", n, 0, size_);

@@ -17,8 +17,9 @@
 ///
 /// Under a ZeRO stage (plan<data<D, zero<S>>, ...>: parallel/zero.hpp) the optimizer is made by
 /// the stage, `auto z = stage.make_optimizer(train::adamw{...}); z.step(exec);` (it works for
-/// zero<0> too, unsharded). At stage 2 forward_backward does not all-reduce the gradients:
-/// z.step reduce-scatters them, so a plain opt.step(exec, stage.parameters()) would be wrong.
+/// zero<0> too, unsharded). At stages 1 and 2 forward_backward reduce-scatters the gradients:
+/// only this rank's shard of them holds the group average, which z.step steps, so a plain
+/// opt.step(exec, stage.parameters()) would be wrong.
 ///
 /// The stage type depends on the rank's pipeline coordinate, a run-time value: with_plan_stage
 /// instantiates every stage and calls f with the one of this rank (f is a generic lambda).
@@ -69,9 +70,9 @@ template <Plan P, class Model, class Schedule, int MicroBatches, Communicator C,
           class Wire = float>
 class plan_stage {
   static_assert(MicroBatches >= 1, "tessera::parallel::plan_stage: at least one micro-batch");
-  static_assert(P::zero_stage < 2 || std::is_same_v<Wire, float>,
-                "tessera::parallel::plan_stage: ZeRO stage 2 reduce-scatters fp32 gradients; a "
-                "bf16 gradient wire is only for the all-reduce of stages 0 and 1");
+  static_assert(P::zero_stage == 0 || std::is_same_v<Wire, float>,
+                "tessera::parallel::plan_stage: ZeRO stages 1 and 2 reduce-scatter fp32 "
+                "gradients; a bf16 gradient wire is only for the all-reduce without ZeRO");
   // Spelt through S so that only an instantiation, not the inclusion of this header, refuses.
   static_assert(is_host_accessible_v<std::conditional_t<S >= 0, nn::detail::default_memory_space,
                                                         Kokkos::HostSpace>>,
@@ -109,8 +110,10 @@ public:
   /// Layers initialised as Model(seed)'s, sliced for this rank's tensor coordinate.
   plan_stage(parallel::mesh<P, C>& m, std::uint64_t seed, std::size_t bucket_bytes)
       : mesh_(&m), group_(m.tensor), stage_(seed) {
-    if constexpr (zero_stage < 2) buckets_.emplace(m.data, stage_.parameters(), bucket_bytes);
-    (void)bucket_bytes;
+    buckets_.emplace(m.data, stage_.parameters(), bucket_bytes,
+                     zero_stage == 0   ? bucket_reduction::all_reduce
+                     : zero_stage == 1 ? bucket_reduction::reduce_scatter
+                                       : bucket_reduction::reduce_scatter_staged);
     amax_groups_.data = &m.data;
     amax_groups_.tensor = &group_;
     for_each_chunk([&](auto& chunk) {
@@ -126,8 +129,9 @@ public:
   stage_type& stage() noexcept { return stage_; }
   /// The plan's mesh this stage runs on.
   parallel::mesh<P, C>& mesh() noexcept { return *mesh_; }
-  /// The gradient all-reduce buckets (not at ZeRO stage 2, which has none).
-  buckets_type& buckets() noexcept requires(zero_stage < 2) { return *buckets_; }
+  /// The gradient buckets over the data group: all-reduce, or at ZeRO stages 1 and 2
+  /// reduce-scatter (parallel/zero.hpp).
+  buckets_type& buckets() noexcept { return *buckets_; }
   const tensor_group& tensor() const noexcept { return group_; }
   /// Where this stage's time went in the last forward_backward on the pipeline path (more than
   /// one stage or micro-batch; zeros otherwise).
@@ -140,19 +144,19 @@ public:
   template <class Optimizer>
   auto make_optimizer(Optimizer opt) const {
     return sharded_optimizer<zero_stage, Optimizer, C>(mesh_->data, stage_.parameters(),
-                                                       std::move(opt));
+                                                       std::move(opt), &*buckets_);
   }
-  /// The bytes this rank holds for training with `opt` (from make_optimizer): zero_memory, the
-  /// gradient buckets' buffers counted as the reduced gradients at stages 0 and 1.
+  /// The bytes this rank holds for training with `opt` (from make_optimizer): zero_memory.
   template <class Optimizer>
   zero_memory memory(const sharded_optimizer<zero_stage, Optimizer, C>& opt) const {
-    return opt.memory(buckets_ ? buckets_->buffer_bytes() : 0);
+    return opt.memory();
   }
 
   /// Forward and backward of this rank's share (B samples, B a multiple of MicroBatches) on the
   /// schedule, gradients then averaged over the data group: afterwards every parameter's grad
-  /// is its part of the gradient of the mean loss over the global batch (times grad_scale).
-  /// Returns that mean loss, on every rank. The gradient all-reduces overlap the backward:
+  /// is its part of the gradient of the mean loss over the global batch (times grad_scale; at
+  /// ZeRO stages 1 and 2 only this rank's shard of the gradients: they are reduce-scattered).
+  /// Returns that mean loss, on every rank. The gradient reductions overlap the backward:
   /// without a pipeline and with one micro-batch through backward_overlapped, on the pipeline
   /// path during the stage's last micro-batch's backward (run_pipeline_stage's buckets). fp8
   /// layers record one amax per tensor per call, the maximum over micro-batches and ranks
@@ -163,27 +167,20 @@ public:
     float l = 0;
     if constexpr (virtual_stages > 1) {
       l = run_interleaved_stage<Schedule, MicroBatches>(exec, stage_, mesh_->pipeline, x, labels,
-                                                        loss, grad_scale, &stats_,
-                                                        buckets_ ? &*buckets_ : nullptr);
+                                                        loss, grad_scale, &stats_, &*buckets_);
     } else if constexpr (stages == 1 && MicroBatches == 1) {
       const auto y = stage_.forward(exec, x);
       const auto result = loss.forward_backward(exec, y, labels, grad_scale);
       l = result.loss;
-      if constexpr (zero_stage < 2) {
-        backward_overlapped(exec, stage_, result.dlogits, *buckets_);
-      } else {
-        detail::no_marks none; // stage 2: no buckets to mark
-        backward_overlapped(exec, stage_, result.dlogits, none);
-      }
+      backward_overlapped(exec, stage_, result.dlogits, *buckets_);
     } else {
       using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
       // The last micro-batch's backward marks each layer's summed gradient ready: the
-      // all-reduce overlaps the rest of it (buckets_ is empty at ZeRO stage 2: nothing marked).
+      // reduction overlaps the rest of it.
       l = run_pipeline_stage<Schedule, MicroBatches, S, stages, In>(
-          exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_,
-          buckets_ ? &*buckets_ : nullptr);
+          exec, stage_, mesh_->pipeline, x, labels, loss, grad_scale, &stats_, &*buckets_);
     }
-    if constexpr (zero_stage < 2) buckets_->finish(exec); // stage 2: sharded_optimizer::step
+    buckets_->finish(exec);
     for_each_chunk([&](auto& chunk) { sync_fp8_states(chunk, mesh_->data, group_); });
     return global_mean(l);
   }
@@ -192,8 +189,8 @@ public:
   /// backward of this rank's share `batch(k)` (a pair (x, labels), B samples each, the same B
   /// for every k; on the schedule as forward_backward) WITHOUT the data-parallel reduction (as
   /// DDP's no_sync), their gradients summed in `acc` (train::grad_accumulator, empty before),
-  /// then divided by K and reduced over the data group ONCE (the gradient buckets at ZeRO
-  /// stages 0 and 1; at stage 2 sharded_optimizer::step reduce-scatters them). Afterwards every
+  /// then divided by K and reduced over the data group ONCE (the gradient buckets: all-reduced,
+  /// or reduce-scattered at ZeRO stages 1 and 2). Afterwards every
   /// parameter's grad is its part of the gradient of the mean loss over the K global batches
   /// (times grad_scale), as forward_backward on their union would leave it up to the order of
   /// the fp32 sums. fp8 layers record one amax per tensor per accumulation step (the maximum
@@ -201,17 +198,16 @@ public:
   template <class Exec, class BatchOf, class Loss, class Accumulator>
   float forward_backward_accumulated(const Exec& exec, int K, BatchOf&& batch, Loss& loss,
                                      Accumulator& acc, float grad_scale = 1.f) {
-    static_assert(virtual_stages == 1,
-                  "tessera::parallel::plan_stage::forward_backward_accumulated: gradient "
-                  "accumulation runs on the gpipe and one_f_one_b schedules; the interleaved "
-                  "schedule (interleaved_1f1b<V>) does not take it yet.");
     if (K < 1)
       throw value_error("tessera::parallel::plan_stage::forward_backward_accumulated: K = " +
                         std::to_string(K) + " accumulation steps; give at least 1");
     float sum = 0;
     for (int k = 0; k < K; ++k) {
       const auto [x, labels] = batch(k);
-      if constexpr (stages == 1 && MicroBatches == 1) {
+      if constexpr (virtual_stages > 1) {
+        sum += run_interleaved_stage<Schedule, MicroBatches>(exec, stage_, mesh_->pipeline, x,
+                                                             labels, loss, grad_scale, &stats_);
+      } else if constexpr (stages == 1 && MicroBatches == 1) {
         const auto y = stage_.forward(exec, x);
         const auto result = loss.forward_backward(exec, y, labels, grad_scale);
         sum += result.loss;
@@ -225,43 +221,30 @@ public:
       acc.accumulate(exec, stage_.parameters());
       // fp8: one amax per tensor per accumulation step, as the single process records on the
       // same micro-batches (without it the deferred records would never be committed).
-      sync_fp8_states(stage_, mesh_->data, group_);
+      for_each_chunk([&](auto& chunk) { sync_fp8_states(chunk, mesh_->data, group_); });
     }
-    acc.finish(exec, stage_.parameters());                // grad = sum / K
-    if constexpr (zero_stage < 2) buckets_->finish(exec); // the one reduction of this step
+    acc.finish(exec, stage_.parameters()); // grad = sum / K
+    buckets_->finish(exec);                // the one reduction of this step
     return global_mean(sum / float(K));
   }
 
   /// Forward only (one micro-batch): the loss sum (the loss times this rank's samples, summed)
   /// and correct predictions (classification outputs (B, classes) only; 0 for a language
-  /// model's (B, t, V)) over the global batch, on every rank.
+  /// model's (B, t, V)) over the global batch, on every rank. Under interleaved_1f1b<V> the
+  /// batch goes once around the ranks per chunk: model chunk g (rank g mod P) receives from
+  /// chunk g - 1 and sends to chunk g + 1.
   template <class Exec, class X, class Labels, class Loss>
-  evaluation evaluate(const Exec& exec, const X& x, const Labels& labels,
-                      Loss& loss) requires(virtual_stages == 1) {
-    using In = typename stage_input_at<split_model, bounds, S, X, Exec>::type;
+  evaluation evaluate(const Exec& exec, const X& x, const Labels& labels, Loss& loss) {
     const index_t batch = index_t(labels.extent(0));
     float stats[2] = {0, 0}; // loss sum, correct
-    auto finish = [&](const auto& out) {
-      if constexpr (last) {
-        // The loss is the mean over the sample's positions for a language model's logits
-        // (B, t, V) and targets (B, t); predictions are counted for classification only.
-        stats[0] = loss.forward(exec, out, labels) * float(batch);
-        stats[1] = count_correct(out, labels);
-      } else {
-        const auto copy = detail::copy_rows(exec, out, 0, batch);
-        mesh_->pipeline.send(copy.data(), copy.size(), S + 1, 0);
-      }
-    };
-    if constexpr (first) {
-      finish(stage_.forward(exec, x));
+    if constexpr (virtual_stages == 1) {
+      evaluate_chunk<S>(exec, stage_, x, labels, loss, stats);
     } else {
-      std::array<index_t, In::extents_type::rank> all{};
-      all[0] = batch;
-      for (std::size_t d = 1; d < In::extents_type::rank; ++d)
-        all[d] = In::extents_type::static_extent(d);
-      In in("tessera::parallel::plan_stage.evaluate", In::extents_type::from_all(all));
-      mesh_->pipeline.recv(in.data(), in.size(), S - 1, 0);
-      finish(stage_.forward(exec, in));
+      [&]<int... v>(std::integer_sequence<int, v...>) {
+        (evaluate_chunk<v * stages + S>(exec, stage_.template chunk<v>(), x, labels, loss, stats),
+         ...);
+      }
+      (std::make_integer_sequence<int, virtual_stages>{});
     }
     if constexpr (stages > 1) mesh_->pipeline.broadcast(stats, 2, stages - 1);
     const int data = mesh_->shape.data;
@@ -282,6 +265,39 @@ public:
   }
 
 private:
+  /// evaluate's forward of model chunk g (of stages x virtual_stages; `chunk` this rank's
+  /// layers of it): its input from x (g = 0) or from chunk g - 1's rank, its output to chunk
+  /// g + 1's rank, or for the model's last chunk the loss sum and correct predictions in stats.
+  template <int g, class Exec, class Chunk, class X, class Labels, class Loss>
+  void evaluate_chunk(const Exec& exec, Chunk& chunk, const X& x, const Labels& labels, Loss& loss,
+                      float* stats) {
+    constexpr int chunks = stages * virtual_stages;
+    const index_t batch = index_t(labels.extent(0));
+    auto finish = [&](const auto& out) {
+      if constexpr (g + 1 == chunks) {
+        // The loss is the mean over the sample's positions for a language model's logits
+        // (B, t, V) and targets (B, t); predictions are counted for classification only.
+        stats[0] = loss.forward(exec, out, labels) * float(batch);
+        stats[1] = count_correct(out, labels);
+      } else {
+        const auto copy = detail::copy_rows(exec, out, 0, batch);
+        mesh_->pipeline.send(copy.data(), copy.size(), (g + 1) % stages, g + 1);
+      }
+    };
+    if constexpr (g == 0) {
+      finish(chunk.forward(exec, x));
+    } else {
+      using In = typename stage_input_at<split_model, bounds, g, X, Exec>::type;
+      std::array<index_t, In::extents_type::rank> all{};
+      all[0] = batch;
+      for (std::size_t d = 1; d < In::extents_type::rank; ++d)
+        all[d] = In::extents_type::static_extent(d);
+      In in("tessera::parallel::plan_stage.evaluate", In::extents_type::from_all(all));
+      mesh_->pipeline.recv(in.data(), in.size(), (g - 1) % stages, g);
+      finish(chunk.forward(exec, in));
+    }
+  }
+
   /// evaluate's correct predictions: the rows of `out` (B, classes) whose largest logit is at
   /// the label; 0 for other outputs (a language model's (B, t, V)). A function template, so
   /// that labels(i) is only instantiated for classification (clang checks the non-dependent
@@ -323,7 +339,7 @@ private:
   tensor_group group_;
   detail::amax_groups<C> amax_groups_{};
   stage_type stage_;
-  std::optional<buckets_type> buckets_; // none at ZeRO stage 2
+  std::optional<buckets_type> buckets_; // built in the constructor
   pipeline_stats stats_{};
 };
 

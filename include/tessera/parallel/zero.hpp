@@ -20,22 +20,33 @@
 /// which parameters are matrices), so its state (AdamW's m and v, SGD's momentum buffer) is
 /// allocated for the shard alone.
 ///
-///   stage 1  gradients all-reduced as without ZeRO (gradient_buckets, overlapped with
-///            backward); each rank updates its shard of the fp32 masters; the updated shards
-///            all-gathered into every rank's parameter values.
-///   stage 2  no all-reduce: step() reduce-scatters the local gradients (each rank receives
-///            the sum of its shard only, scaled by 1/D as the buckets do), then as stage 1.
-///   stage 0  the optimizer steps the whole parameters (the unsharded reference, same API).
+///   stage 1  gradients reduce-scattered (gradient_buckets, bucket_reduction::reduce_scatter:
+///            bucket by bucket as backward finishes them, overlapped with the rest of
+///            backward, each bucket staged in a buffer of its own: the whole gradient); each
+///            rank updates its shard of the fp32 masters; the updated shards all-gathered
+///            into every rank's parameter values. Per step each rank sends the gradient once
+///            (reduce-scatter) and receives the parameters once (all-gather): the data
+///            parallel all-reduce's volume, as the ZeRO paper counts it, not that plus the
+///            all-gather.
+///   stage 2  as stage 1 through two bucket-sized staging buffers used in turn
+///            (bucket_reduction::reduce_scatter_staged): no buffer of the whole gradient; the
+///            reduced shard lands in the parameters' own gradient buffers.
+///   stage 0  the optimizer steps the whole parameters (the unsharded reference, same API;
+///            the buckets all-reduce).
+///
+/// The sharded optimizer reads its shard of the gradients as the plan stage's buckets left
+/// them: plan_stage::make_optimizer builds it with them, and a stage 1 or 2 optimizer refuses
+/// to be built without reduce-scatter buckets over the same parameters and group.
 ///
 /// In tessera the fp32 master IS the parameter value (layers cast their compute-precision copy
 /// from it at each forward: train/parameter.hpp), so "parameters all-gathered" gathers the fp32
 /// values; a separate master shard would duplicate the shard's values for nothing.
 ///
-/// Results. The update is elementwise with the same scalar factors, so stage 1 gives results
-/// bit-identical to the unsharded data-parallel run. Stage 2 differs only in how MPI orders the
-/// sum over ranks (MPI_Reduce_scatter_block instead of MPI_Allreduce): bit-identical for D <= 2
-/// (a sum of two floats commutes), else within the fp32 rounding of a D-term sum per gradient
-/// (tests/parallel/test_mpi_zero.cpp states and checks the bound).
+/// Results. The update is elementwise with the same scalar factors; stages 1 and 2 differ
+/// from stage 0 only in how MPI orders the sum over ranks (MPI_Ireduce_scatter instead of
+/// MPI_Iallreduce): bit-identical for D <= 2 (a sum of two floats commutes), else within the
+/// fp32 rounding of a D-term sum per gradient (tests/parallel/test_mpi_zero.cpp states and
+/// checks the bound). Stages 1 and 2 compute the same thing and differ only in memory.
 ///
 /// Loss scaling: step(exec, scaler, world) unscales and checks this rank's gradient shard and
 /// agrees across `world` (every rank of the mesh) whether all are finite: all skip, or all step.
@@ -52,13 +63,15 @@
 /// with K = 8 for AdamW (m, v: 16, 8 + 8/D, 4 + 12/D; the paper's 16, 4 + 12/D, 2 + 14/D), 4
 /// for SGD with momentum (12, 8 + 4/D, 4 + 8/D; paper 12, 4 + 8/D, 2 + 10/D), 0 for plain SGD.
 /// The terms are: the parameter values (whole on every rank), the reduced gradients kept for
-/// the step (the gradient buckets' buffers at stages 0 and 1, the reduce-scatter's shard at
-/// stage 2), and the optimizer state. Not in the formula, and printed beside it: the layers'
-/// own gradient buffers (nn::parameter::grad, 4 bytes per parameter at every stage: tessera's
-/// backward accumulates into whole gradients) and the transient communication buffers of one
-/// step.
+/// the step (the gradient buckets' buffers at stages 0 and 1, whole; at stage 2 this rank's
+/// shard of them, which lands in the layers' gradient buffers), and the optimizer state. Not
+/// in the formula, and printed beside it: the layers' own gradient buffers
+/// (nn::parameter::grad, 4 bytes per parameter at every stage: tessera's backward accumulates
+/// into whole gradients) and the transient communication buffers of one step (stage 2's two
+/// bucket-sized staging buffers, the all-gather's).
 
 #include <tessera/parallel/communicator.hpp>
+#include <tessera/parallel/data_parallel.hpp> // gradient_buckets, shard_layout
 #include <tessera/train/detail/optimizer_state.hpp>
 #include <tessera/train/grad_clip.hpp>
 #include <tessera/train/parameter.hpp>
@@ -77,32 +90,6 @@
 #include <vector>
 
 namespace tessera::parallel {
-
-/// N elements split over D ranks into contiguous shards, balanced: rank r owns
-/// [begin(r), end(r)) with begin(r) = floor(r N / D); sizes differ by at most one.
-struct shard_layout {
-  std::int64_t elements = 0; ///< N
-  int ranks = 1;             ///< D
-
-  constexpr std::int64_t begin(int r) const noexcept { return elements * r / ranks; }
-  constexpr std::int64_t end(int r) const noexcept { return begin(r + 1); }
-  constexpr std::int64_t size(int r) const noexcept { return end(r) - begin(r); }
-  /// The largest shard, ceil(N / D): the count every rank hands to the collectives (padded).
-  constexpr std::int64_t chunk() const noexcept { return (elements + ranks - 1) / ranks; }
-  /// Calls f(q, a, b) for each rank q whose shard meets [first, last), with [a, b) the
-  /// intersection, in increasing order.
-  template <class F>
-  void for_each_owner(std::int64_t first, std::int64_t last, F&& f) const {
-    if (first >= last) return;
-    int q = elements > 0 ? int(first * ranks / elements) : 0;
-    while (q > 0 && begin(q) > first) --q;
-    while (q + 1 < ranks && end(q) <= first) ++q;
-    for (; q < ranks && begin(q) < last; ++q) {
-      const std::int64_t a = std::max(first, begin(q)), b = std::min(last, end(q));
-      if (a < b) f(q, a, b);
-    }
-  }
-};
 
 /// Bytes one rank holds for training (see the file comment for what each term is).
 struct zero_memory {
@@ -165,12 +152,20 @@ public:
   /// momentum allocates none: memory() measures what was allocated).
   static constexpr int slot_count = int(state_type::slot_count);
 
+  /// The gradient buckets a stage 1 or 2 optimizer takes its reduced gradient shard from.
+  using buckets_type = gradient_buckets<C, memory_space, float>;
+
   /// Shards the parameters `params` (a parameter sequence, the same shapes on every rank of
   /// `group`) over `group`; `opt` is the optimizer with its hyper-parameters and no steps yet
-  /// (value_error otherwise: its state would be the unsharded one).
+  /// (value_error otherwise: its state would be the unsharded one). `buckets`: the gradient
+  /// buckets that reduce these parameters' gradients over `group` (plan_stage::make_optimizer
+  /// passes its own); stages 1 and 2 need them, reduce-scattering over the same N elements
+  /// and D ranks (value_error otherwise: the shard would not be reduced). At stage 0 they
+  /// only count in memory().
   template <class Params>
-  sharded_optimizer(C group, const Params& params, Optimizer opt)
-      : group_(std::move(group)), opt_(std::move(opt)) {
+  sharded_optimizer(C group, const Params& params, Optimizer opt,
+                    const buckets_type* buckets = nullptr)
+      : group_(std::move(group)), opt_(std::move(opt)), buckets_(buckets) {
     if (opt_.state.created)
       throw value_error("tessera::parallel::sharded_optimizer: the optimizer has already "
                         "stepped or loaded a checkpoint; its state is not sharded. Give it "
@@ -186,6 +181,26 @@ public:
       n += p.size();
     });
     layout_ = {n, Stage == 0 ? 1 : group_.size()};
+    if constexpr (Stage >= 1) {
+      const bool fits = buckets_ && buckets_->reduction() != bucket_reduction::all_reduce &&
+                        buckets_->layout().elements == n &&
+                        buckets_->layout().ranks == group_.size();
+      if (!fits)
+        throw value_error(
+            "tessera::parallel::sharded_optimizer<" + std::to_string(Stage) +
+            ">: ZeRO stages 1 and 2 step the shard of the gradients that reduce-scattering "
+            "gradient buckets over the same " +
+            std::to_string(n) + " parameter elements and " + std::to_string(group_.size()) +
+            " ranks left reduced; " +
+            (buckets_ ? std::string("the buckets given ") +
+                            (buckets_->reduction() == bucket_reduction::all_reduce
+                                 ? "all-reduce"
+                                 : "cover " + std::to_string(buckets_->layout().elements) +
+                                       " elements over " +
+                                       std::to_string(buckets_->layout().ranks) + " ranks")
+                      : std::string("none were given")) +
+            " (plan_stage::make_optimizer builds it with its own)");
+    }
     const int r = Stage == 0 ? 0 : group_.rank();
     const std::int64_t lo = layout_.begin(r), hi = layout_.end(r);
     auto& vectors = boost::hana::at_c<0>(pieces_);
@@ -212,12 +227,9 @@ public:
         vectors.push_back(std::move(m));
       }
     }
-    if constexpr (Stage == 2)
-      reduced_ = host_view("tessera::parallel::sharded_optimizer::reduced", layout_.chunk());
-    // The staging buffers of every step, allocated once; their padding (past the last
+    // The all-gather's staging buffers, allocated once; their padding (past the last
     // element, chunk x D > N) is never written and stays zero.
     const std::size_t chunk = std::size_t(layout_.chunk()), d = std::size_t(layout_.ranks);
-    if constexpr (Stage == 2) send_.assign(chunk * d, 0.f);
     if constexpr (Stage >= 1) {
       mine_.assign(chunk, 0.f);
       all_.assign(chunk * d, 0.f);
@@ -235,51 +247,12 @@ public:
   std::int64_t steps() const noexcept { return opt_.steps(); }
   void set_lr(float lr) { opt_.set_lr(lr); }
 
-  /// Stage 2: reduce-scatters the local gradients so that this rank's shard of the parameter
-  /// gradients holds the group average (the rest of the gradients are left as backward wrote
-  /// them). A no-op at stages 0 and 1 (the gradient buckets all-reduced them) and when already
-  /// done since the last step. step() calls it.
-  template <class Exec>
-  void reduce_gradients(const Exec& exec) {
-    if constexpr (Stage == 2) {
-      if (reduced_now_) return;
-      const std::int64_t chunk = layout_.chunk();
-      float* send = send_.data(); // d x chunk floats, padded (allocated once)
-      exec.fence();
-      for (const slot& s : whole_)
-        layout_.for_each_owner(
-            s.offset, s.offset + std::int64_t(s.grad.extent(0)),
-            [&](int q, std::int64_t a, std::int64_t b) {
-              Kokkos::deep_copy(exec, host_at(send + q * chunk + (a - layout_.begin(q)), b - a),
-                                Kokkos::subview(s.grad, local(s, a, b)));
-            });
-      exec.fence();
-      group_.reduce_scatter_sum(send, reduced_.data(), chunk);
-      const float inv = 1.0f / float(layout_.ranks); // as gradient_buckets: the sum, then times 1/D
-      const std::int64_t lo = layout_.begin(group_.rank()), hi = layout_.end(group_.rank());
-      for (std::int64_t i = 0; i < hi - lo; ++i) reduced_(i) *= inv;
-      for (const slot& s : whole_) {
-        const std::int64_t a = std::max(lo, s.offset),
-                           b = std::min(hi, s.offset + std::int64_t(s.grad.extent(0)));
-        if (a < b)
-          Kokkos::deep_copy(exec, Kokkos::subview(s.grad, local(s, a, b)),
-                            host_at(reduced_.data() + (a - lo), b - a));
-      }
-      exec.fence();
-      reduced_now_ = true;
-    } else {
-      (void)exec;
-    }
-  }
-
-  /// One optimizer step: reduce_gradients, the optimizer on this rank's shard, the updated
-  /// shards all-gathered into every rank's parameter values.
+  /// One optimizer step: the optimizer on this rank's shard (its gradients reduced by the
+  /// buckets), the updated shards all-gathered into every rank's parameter values.
   template <class Exec>
   void step(const Exec& exec) {
-    reduce_gradients(exec);
     opt_.step(exec, pieces_);
     gather(exec);
-    reduced_now_ = false;
   }
 
   /// The mixed-precision step (train::step's contract) with the finite check agreed across
@@ -288,23 +261,20 @@ public:
   /// scaler.update(finite). Returns whether the step was applied.
   template <class Exec, class Scaler, Communicator W>
   bool step(const Exec& exec, Scaler& scaler, W& world) {
-    reduce_gradients(exec);
     const bool finite = world.all_of(scaler.unscale_and_check(exec, pieces_));
     if (finite) {
       opt_.step(exec, pieces_);
       gather(exec);
     }
     scaler.update(finite);
-    reduced_now_ = false;
     return finite;
   }
 
-  /// The L2 norm of the group-averaged gradients of this rank's parameters (reduce_gradients
-  /// first at stage 2): the shards' squared norms (double) all-reduced over the group, carried
+  /// The L2 norm of the group-averaged gradients of this rank's parameters: the shards'
+  /// squared norms (double) all-reduced over the group, carried
   /// as two floats (hi + lo) so the sum keeps ~48 bits. At stage 0 the local norm.
   template <class Exec>
   double grad_norm(const Exec& exec) {
-    reduce_gradients(exec);
     const double local_norm = train::grad_norm(exec, pieces_);
     if constexpr (Stage == 0) {
       return local_norm;
@@ -327,10 +297,10 @@ public:
     return norm;
   }
 
-  /// Bytes this rank holds (zero_memory). `reduce_buffer_bytes`: the bytes of the buffers the
-  /// gradients are all-reduced in at stages 0 and 1 (gradient_buckets::buffer_bytes());
-  /// plan_stage::memory passes them.
-  zero_memory memory(std::size_t reduce_buffer_bytes = 0) const {
+  /// Bytes this rank holds (zero_memory): the reduced gradients are the buckets' buffers at
+  /// stages 0 and 1 (none counted at stage 0 without buckets), this rank's shard at stage 2
+  /// (the buckets' two staging buffers count as transient).
+  zero_memory memory() const {
     zero_memory m;
     m.stage = Stage;
     m.data = group_.size();
@@ -339,8 +309,11 @@ public:
       m.parameter_bytes += s.value.extent(0) * sizeof(float);
       m.local_gradient_bytes += s.grad.extent(0) * sizeof(float);
     }
-    m.gradient_bytes = reduce_buffer_bytes + reduced_.extent(0) * sizeof(float);
-    m.staging_bytes = (send_.size() + mine_.size() + all_.size()) * sizeof(float);
+    const std::size_t bucket_bytes = buckets_ ? buckets_->buffer_bytes() : 0;
+    m.gradient_bytes =
+        Stage == 2 ? std::size_t(layout_.size(group_.rank())) * sizeof(float) : bucket_bytes;
+    m.staging_bytes =
+        (mine_.size() + all_.size()) * sizeof(float) + (Stage == 2 ? bucket_bytes : 0);
     for (const auto& slot_buffers : opt_.state.slots)
       for (const auto& b : slot_buffers) m.optimizer_bytes += b.extent(0) * sizeof(float);
     return m;
@@ -348,7 +321,6 @@ public:
 
 private:
   using view = Kokkos::View<float*, memory_space>;
-  using host_view = Kokkos::View<float*, Kokkos::HostSpace>;
   using host_unmanaged =
       Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using vector_piece = train::parameter<extents<dyn>, memory_space>;
@@ -405,11 +377,10 @@ private:
   std::vector<slot> whole_;
   shard_layout layout_;
   boost::hana::tuple<std::vector<vector_piece>, std::vector<matrix_piece>> pieces_;
-  host_view reduced_; // stage 2: this rank's reduced gradient shard (chunk floats)
-  // Host staging of the reduce-scatter (stage 2) and the all-gather (stages 1, 2): members
-  // sized once in the constructor, not allocated per step.
-  std::vector<float> send_, mine_, all_;
-  bool reduced_now_ = false;
+  const buckets_type* buckets_; // the plan stage's; stages 1 and 2 read their reduced shard
+  // Host staging of the all-gather (stages 1, 2): members sized once in the constructor, not
+  // allocated per step.
+  std::vector<float> mine_, all_;
 };
 
 } // namespace tessera::parallel
