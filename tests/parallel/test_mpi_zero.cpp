@@ -116,12 +116,12 @@ void check_memory(const zero_run& r, int stage, int slots) {
   CHECK(m.gradient_bytes == std::size_t(stage == 2 ? 4 * mine : 4 * n));
   if (stage < 2) CHECK(r.bucket_buffer_bytes == std::size_t(4 * n));
   // The staging buffers, sized once: stages 1 and 2's all-gather (one chunk in, D out), and
-  // stage 2's two bucket-sized reduce-scatter buffers (the whole gradient when one bucket holds
-  // it all: then there is one); none at stage 0.
+  // stage 2's two bucket-sized reduce-scatter buffers (never more than the whole gradient: a
+  // buffer per bucket instead when two of the largest would be); none at stage 0.
   const std::size_t chunk = std::size_t((n + d - 1) / d);
   CHECK(m.staging_bytes == (stage == 0 ? 0 : 4 * chunk * std::size_t(d + 1)) +
                                (stage == 2 ? r.bucket_buffer_bytes : 0));
-  if (stage == 2) CHECK(r.bucket_buffer_bytes <= std::size_t(2 * 4 * n));
+  if (stage == 2) CHECK(r.bucket_buffer_bytes <= std::size_t(4 * n));
   // Balanced: shards differ by at most one element and cover N.
   if (stage > 0) {
     std::int64_t total = 0, lo = n, hi = 0;

@@ -71,8 +71,9 @@ enum class bucket_reduction {
   all_reduce,            ///< every rank receives the bucket's group average (DDP, ZeRO stage 0)
   reduce_scatter,        ///< each rank receives the average of its shard's part of the bucket;
                          ///< every bucket staged in a buffer of its own (ZeRO stage 1)
-  reduce_scatter_staged, ///< the same through two bucket-sized staging buffers used in turn
-                         ///< (ZeRO stage 2: no whole-gradient buffer)
+  reduce_scatter_staged, ///< the same through two buffers of the largest bucket used in turn
+                         ///< (ZeRO stage 2: no whole-gradient buffer), where that is smaller
+                         ///< than the whole gradient (else as reduce_scatter)
 };
 
 /// Bucketed gradient reduction over a data-parallel communicator (see the file comment).
@@ -138,11 +139,16 @@ public:
     }
     // Each bucket holds its elements in parameter order: [first, first + elements) of the N.
     for (slot& s : slots_) s.offset = std::size_t(s.global - buckets_[s.bucket].first);
+    // Staged: two buffers of the largest bucket, used in turn, where that is less than the
+    // whole gradient (more than two buckets, none of half of it); else a buffer per bucket
+    // (a parameter is never split between buckets, so one of most of the gradient makes the
+    // staging whole).
     std::size_t largest = 0;
+    for (const bucket& b : buckets_) largest = std::max(largest, b.elements);
+    ring_ = how_ == bucket_reduction::reduce_scatter_staged && buckets_.size() > 2 &&
+            2 * largest < std::size_t(n);
     for (bucket& b : buckets_) {
-      largest = std::max(largest, b.elements);
-      if (how_ != bucket_reduction::reduce_scatter_staged)
-        b.flat = host_view("tessera::parallel::gradient_buckets::flat", b.elements);
+      if (!ring_) b.flat = host_view("tessera::parallel::gradient_buckets::flat", b.elements);
       if constexpr (std::is_same_v<Wire, bfloat16>) b.wire.resize(b.elements);
       b.pending = b.slots.size();
       if (how_ != bucket_reduction::all_reduce) {
@@ -152,8 +158,8 @@ public:
             [&](int q, std::int64_t lo, std::int64_t hi) { b.counts[std::size_t(q)] = hi - lo; });
       }
     }
-    if (how_ == bucket_reduction::reduce_scatter_staged)
-      for (std::size_t i = 0; i < std::min<std::size_t>(2, buckets_.size()); ++i)
+    if (ring_)
+      for (int i = 0; i < 2; ++i)
         staging_.push_back(
             {host_view("tessera::parallel::gradient_buckets::staging", largest), nullptr});
   }
@@ -227,13 +233,11 @@ public:
   }
   /// Bytes of the buffers the gradients are reduced in: fp32 per gradient (plus the bf16 wire
   /// copy when Wire is bfloat16) for the all-reduce and reduce_scatter, two of the largest
-  /// bucket for reduce_scatter_staged.
+  /// bucket for reduce_scatter_staged (at most the whole gradient: see bucket_reduction).
   std::size_t buffer_bytes() const noexcept {
     std::size_t n = 0;
-    for (const bucket& b : buckets_) // (staged: each flat is a view of a staging buffer)
-      n +=
-          (how_ == bucket_reduction::reduce_scatter_staged ? 0 : b.flat.extent(0) * sizeof(float)) +
-          b.wire.size() * sizeof(bfloat16);
+    for (const bucket& b : buckets_) // (ring: each flat is a view of a staging buffer)
+      n += (ring_ ? 0 : b.flat.extent(0) * sizeof(float)) + b.wire.size() * sizeof(bfloat16);
     for (const stage_buffer& sb : staging_) n += sb.buffer.extent(0) * sizeof(float);
     return n;
   }
@@ -270,7 +274,7 @@ private:
 
   template <class Exec>
   void start(const Exec& exec, bucket& b) {
-    if (how_ == bucket_reduction::reduce_scatter_staged) {
+    if (ring_) {
       // The staging buffers in turn; the bucket that used this one completes first.
       stage_buffer& sb = staging_[next_staging_++ % staging_.size()];
       if (sb.user) complete(exec, *sb.user);
@@ -331,6 +335,7 @@ private:
   C comm_;
   std::size_t bucket_bytes_;
   bucket_reduction how_;
+  bool ring_ = false; // staged through two buffers (see the constructor)
   shard_layout layout_;
   std::size_t marked_starts_ = 0, last_marked_starts_ = 0, next_staging_ = 0;
   std::vector<slot> slots_;
