@@ -44,6 +44,7 @@ struct zero_run {
   tp::zero_memory memory;
   tp::shard_layout layout;
   std::size_t bucket_buffer_bytes = 0; // the stage's gradient buckets' buffers
+  std::size_t bucket_bytes = 0;        // the size they were built with
   int data_rank = 0;
   bool ran = false;
 };
@@ -75,6 +76,7 @@ zero_run train_zero(const Optimizer& opt, const run_options& o) {
         }
         out.memory = stage.memory(z);
         out.bucket_buffer_bytes = stage.buckets().buffer_bytes();
+        out.bucket_bytes = o.bucket_bytes;
         out.layout = z.layout();
         out.values = stage.gather_parameters();
       });
@@ -116,12 +118,15 @@ void check_memory(const zero_run& r, int stage, int slots) {
   CHECK(m.gradient_bytes == std::size_t(stage == 2 ? 4 * mine : 4 * n));
   if (stage < 2) CHECK(r.bucket_buffer_bytes == std::size_t(4 * n));
   // The staging buffers, sized once: stages 1 and 2's all-gather (one chunk in, D out), and
-  // stage 2's two bucket-sized reduce-scatter buffers (never more than the whole gradient: a
-  // buffer per bucket instead when two of the largest would be); none at stage 0.
+  // stage 2's two bucket-sized reduce-scatter buffers (buckets of exactly bucket_bytes / 4
+  // elements, large parameters cut, so whatever the parameters' sizes: the whole gradient
+  // only where it is at most two buckets); none at stage 0.
   const std::size_t chunk = std::size_t((n + d - 1) / d);
   CHECK(m.staging_bytes == (stage == 0 ? 0 : 4 * chunk * std::size_t(d + 1)) +
                                (stage == 2 ? r.bucket_buffer_bytes : 0));
-  if (stage == 2) CHECK(r.bucket_buffer_bytes <= std::size_t(4 * n));
+  const std::size_t cap = r.bucket_bytes / 4;
+  if (stage == 2)
+    CHECK(r.bucket_buffer_bytes == (std::size_t(n) > 2 * cap ? 8 * cap : std::size_t(4 * n)));
   // Balanced: shards differ by at most one element and cover N.
   if (stage > 0) {
     std::int64_t total = 0, lo = n, hi = 0;
@@ -385,14 +390,15 @@ TEST_CASE("zero: the buckets' reduce-scatter gives each rank the average of its 
   // Gradients of integer values (exact sums in any order): element i of rank r's flattened
   // gradient is r + 1 + (i mod 7). After finish() each rank's shard holds the average,
   // float(sum) * (1 / D), bit for bit, and every other element what backward left; the
-  // all-reduce form leaves the average everywhere. Bucket sizes from one parameter per bucket
-  // to all in one, so buckets cross shard boundaries anywhere (and the staged form reuses its
-  // two buffers).
+  // all-reduce form leaves the average everywhere. Bucket sizes from one element (one
+  // parameter for the all-reduce) per bucket to all in one, so buckets cross shard and
+  // parameter boundaries anywhere (and the staged form reuses its two buffers, several buckets
+  // of one parameter waiting for each other).
   auto world = tp::mpi_communicator::world();
   const int d = world.size(), r = world.rank();
   Kokkos::DefaultExecutionSpace exec;
-  for (const std::size_t bytes :
-       {std::size_t(1), std::size_t(256), std::size_t(3000), std::size_t(1) << 20})
+  for (const std::size_t bytes : {std::size_t(1), std::size_t(7), std::size_t(150),
+                                  std::size_t(256), std::size_t(3000), std::size_t(1) << 20})
     for (const auto how : {tp::bucket_reduction::all_reduce, tp::bucket_reduction::reduce_scatter,
                            tp::bucket_reduction::reduce_scatter_staged}) {
       MLP<tessera::fp32> model(1);
@@ -419,6 +425,14 @@ TEST_CASE("zero: the buckets' reduce-scatter gives each rank the average of its 
       CHECK(buckets.overlapped_buckets() == buckets.bucket_count());
       const tp::shard_layout layout{n, d};
       CHECK(buckets.layout().elements == n);
+      if (how != tp::bucket_reduction::all_reduce) {
+        // Buckets of exactly bytes / 4 elements (at least one), parameters cut at their edges;
+        // the staged form's two buffers are two buckets' unless the gradient is at most two.
+        const std::int64_t cap = std::max<std::int64_t>(1, std::int64_t(bytes / 4));
+        CHECK(std::int64_t(buckets.bucket_count()) == (n + cap - 1) / cap);
+        const bool ring = how == tp::bucket_reduction::reduce_scatter_staged && n > 2 * cap;
+        CHECK(buckets.buffer_bytes() == std::size_t(4 * (ring ? 2 * cap : n)));
+      }
       std::int64_t g = 0, wrong = 0;
       for (std::size_t k = 0; k < grads.size(); ++k)
         for (std::int64_t i = 0; i < sizes[k]; ++i, ++g) {

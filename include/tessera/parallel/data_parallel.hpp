@@ -15,9 +15,11 @@
 /// before it run their backward. A parameter never marked is reduced by finish(): forgetting a
 /// mark costs overlap, never correctness.
 ///
-/// With bucket_reduction::reduce_scatter (or _staged) the same buckets reduce-scatter instead:
-/// each rank receives the average of its shard (shard_layout) of the flattened gradients only,
-/// as ZeRO stages 1 and 2 want (parallel/zero.hpp).
+/// With bucket_reduction::reduce_scatter (or _staged) the buckets reduce-scatter instead: each
+/// rank receives the average of its shard (shard_layout) of the flattened gradients only, as
+/// ZeRO stages 1 and 2 want (parallel/zero.hpp). Those buckets are cut at exactly
+/// `bucket_bytes` of the flattened gradients, a large parameter split across several, so that
+/// stage 2's two staging buffers stay bucket-sized whatever the parameters' sizes.
 ///
 /// Averaging assumes every rank's loss is the mean over an equal share of the global batch:
 /// the average of the ranks' gradients is then the gradient of the global-batch mean.
@@ -71,9 +73,9 @@ enum class bucket_reduction {
   all_reduce,            ///< every rank receives the bucket's group average (DDP, ZeRO stage 0)
   reduce_scatter,        ///< each rank receives the average of its shard's part of the bucket;
                          ///< every bucket staged in a buffer of its own (ZeRO stage 1)
-  reduce_scatter_staged, ///< the same through two buffers of the largest bucket used in turn
-                         ///< (ZeRO stage 2: no whole-gradient buffer), where that is smaller
-                         ///< than the whole gradient (else as reduce_scatter)
+  reduce_scatter_staged, ///< the same through two bucket-sized buffers used in turn (ZeRO
+                         ///< stage 2: no whole-gradient buffer), where that is smaller than
+                         ///< the whole gradient (two buckets or fewer: as reduce_scatter)
 };
 
 /// Bucketed gradient reduction over a data-parallel communicator (see the file comment).
@@ -81,12 +83,14 @@ enum class bucket_reduction {
 /// bytes; the sum is still computed in fp32, then each gradient rounds to bf16 once).
 ///
 /// The reduce-scatter forms (ZeRO, parallel/zero.hpp; fp32 wire only) split the parameters,
-/// flattened in parameter order into N elements, as shard_layout{N, D}; a bucket is a run of
-/// consecutive parameters, so a contiguous range of those N elements, and each rank receives
-/// the group sum of the bucket's elements inside its shard (MPI_Ireduce_scatter, in place,
-/// with those counts), started as soon as the bucket is full, like the all-reduce. Afterwards
-/// the gradients of this rank's shard hold the group average; the rest of each gradient is
-/// left as backward wrote it.
+/// flattened in parameter order into N elements, as shard_layout{N, D}; a bucket is a
+/// contiguous range of those N elements, bucket_bytes / 4 of them (the lowest bucket the
+/// rest), cut without regard to where parameters begin: a parameter may lie in several
+/// buckets, which all become ready when it is marked. Each rank receives the group sum of the
+/// bucket's elements inside its shard (MPI_Ireduce_scatter, in place, with those counts),
+/// started as soon as every parameter with elements in the bucket is ready, like the
+/// all-reduce. Afterwards the gradients of this rank's shard hold the group average; the rest
+/// of each gradient is left as backward wrote it.
 template <Communicator C, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space,
           class Wire = float>
 class gradient_buckets {
@@ -95,8 +99,10 @@ class gradient_buckets {
 
 public:
   /// Groups `params` (a hana tuple of nn::parameter in MemorySpace) into buckets of at least
-  /// `bucket_bytes` (in Wire bytes). Throws value_error if bucket_bytes is 0 or two
-  /// parameters share a gradient buffer.
+  /// `bucket_bytes` (in Wire bytes) of whole parameters for the all-reduce, of exactly
+  /// bucket_bytes / 4 elements (parameters cut at the edges; the last bucket the rest) for the
+  /// reduce-scatter forms. Throws value_error if bucket_bytes is 0 or two parameters share a
+  /// gradient buffer.
   template <class Params>
   gradient_buckets(C comm, const Params& params, std::size_t bucket_bytes,
                    bucket_reduction how = bucket_reduction::all_reduce)
@@ -115,34 +121,42 @@ public:
           std::is_same_v<typename std::remove_cvref_t<decltype(p)>::memory_space, MemorySpace>,
           "tessera::parallel::gradient_buckets: the parameters live in another "
           "memory space than MemorySpace");
-      slots_.push_back({p.name, grad_view(p.grad.data(), std::size_t(p.size())), 0, 0, n});
+      slots_.push_back({p.name, grad_view(p.grad.data(), std::size_t(p.size())), n, {}, false});
       n += p.size();
     });
     layout_ = {n, comm_.size()};
-    // Reverse order: the last layer's gradients are final first.
-    std::size_t bytes = 0;
+    // Reverse order: the last layer's gradients are final first. The all-reduce closes a
+    // bucket once it holds bucket_bytes (whole parameters); the reduce-scatter forms cut
+    // parameters so that every bucket but the lowest holds exactly `cap` elements.
+    const bool cut = how_ != bucket_reduction::all_reduce;
+    const std::size_t cap = std::max<std::size_t>(1, bucket_bytes_ / sizeof(Wire));
+    auto full = [&](const bucket& b) {
+      return cut ? b.elements >= cap : b.elements * sizeof(Wire) >= bucket_bytes_;
+    };
     for (std::size_t k = slots_.size(); k-- > 0;) {
-      if (buckets_.empty() || bytes >= bucket_bytes_) {
-        buckets_.push_back({});
-        bytes = 0;
-      }
-      bucket& b = buckets_.back();
       slot& s = slots_[k];
-      s.bucket = buckets_.size() - 1;
-      b.slots.push_back(k);
-      b.elements += s.grad.extent(0);
-      b.first = s.global; // the bucket's lowest parameter comes last
-      bytes += s.grad.extent(0) * sizeof(Wire);
       if (!index_.emplace(s.grad.data(), k).second)
         throw value_error("tessera::parallel::gradient_buckets: parameters '" + s.name + "' and '" +
                           slots_[index_[s.grad.data()]].name + "' share a gradient buffer");
+      std::size_t left = s.grad.extent(0); // s's elements [0, left) not in a bucket yet
+      do {
+        if (buckets_.empty() || full(buckets_.back())) buckets_.push_back({});
+        bucket& b = buckets_.back();
+        const std::size_t take = cut ? std::min(left, cap - b.elements) : left;
+        left -= take;
+        b.pieces.push_back({k, left, take, 0});
+        b.slots.push_back(k);
+        b.elements += take;
+        b.first = s.global + std::int64_t(left); // the bucket's lowest piece comes last
+        s.buckets.push_back(buckets_.size() - 1);
+      } while (left > 0);
     }
     // Each bucket holds its elements in parameter order: [first, first + elements) of the N.
-    for (slot& s : slots_) s.offset = std::size_t(s.global - buckets_[s.bucket].first);
+    for (bucket& b : buckets_)
+      for (piece& pc : b.pieces)
+        pc.offset = std::size_t(slots_[pc.slot].global + std::int64_t(pc.begin) - b.first);
     // Staged: two buffers of the largest bucket, used in turn, where that is less than the
-    // whole gradient (more than two buckets, none of half of it); else a buffer per bucket
-    // (a parameter is never split between buckets, so one of most of the gradient makes the
-    // staging whole).
+    // whole gradient (more than two buckets); else a buffer per bucket.
     std::size_t largest = 0;
     for (const bucket& b : buckets_) largest = std::max(largest, b.elements);
     ring_ = how_ == bucket_reduction::reduce_scatter_staged && buckets_.size() > 2 &&
@@ -150,7 +164,7 @@ public:
     for (bucket& b : buckets_) {
       if (!ring_) b.flat = host_view("tessera::parallel::gradient_buckets::flat", b.elements);
       if constexpr (std::is_same_v<Wire, bfloat16>) b.wire.resize(b.elements);
-      b.pending = b.slots.size();
+      b.pending = b.pieces.size();
       if (how_ != bucket_reduction::all_reduce) {
         b.counts.assign(std::size_t(layout_.ranks), 0);
         layout_.for_each_owner(
@@ -178,10 +192,12 @@ public:
       throw value_error("tessera::parallel::gradient_buckets::mark_ready: '" + p.name +
                         "' was marked twice in one step");
     s.ready = true;
-    bucket& b = buckets_[s.bucket];
-    if (--b.pending == 0) {
-      start(exec, b);
-      ++marked_starts_;
+    for (std::size_t i : s.buckets) {
+      bucket& b = buckets_[i];
+      if (--b.pending == 0) {
+        start(exec, b);
+        ++marked_starts_;
+      }
     }
     poll();
   }
@@ -206,7 +222,7 @@ public:
       complete(exec, b);
       for (std::size_t k : b.slots) slots_[k].ready = false;
       b.started = b.done = false;
-      b.pending = b.slots.size();
+      b.pending = b.pieces.size();
     }
     for (stage_buffer& sb : staging_) sb.user = nullptr;
     exec.fence();
@@ -217,7 +233,9 @@ public:
   /// was still running (the others started in finish(), after it): bucket_count() when every
   /// parameter was marked, 0 without overlap.
   std::size_t overlapped_buckets() const noexcept { return last_marked_starts_; }
-  /// Parameters in bucket i, by index into the parameter tuple (in the order reduced).
+  /// Parameters with elements in bucket i, by index into the parameter tuple (in the order
+  /// reduced; under the reduce-scatter forms a parameter cut at the bucket's edge is also in
+  /// the bucket next to it).
   const std::vector<std::size_t>& bucket_parameters(std::size_t i) const {
     return buckets_.at(i).slots;
   }
@@ -232,8 +250,9 @@ public:
     return n * sizeof(Wire);
   }
   /// Bytes of the buffers the gradients are reduced in: fp32 per gradient (plus the bf16 wire
-  /// copy when Wire is bfloat16) for the all-reduce and reduce_scatter, two of the largest
-  /// bucket for reduce_scatter_staged (at most the whole gradient: see bucket_reduction).
+  /// copy when Wire is bfloat16) for the all-reduce and reduce_scatter; for
+  /// reduce_scatter_staged two buckets' (8 * (bucket_bytes / 4)) where the gradient has more
+  /// than two buckets, else the whole gradient's.
   std::size_t buffer_bytes() const noexcept {
     std::size_t n = 0;
     for (const bucket& b : buckets_) // (ring: each flat is a view of a staging buffer)
@@ -253,12 +272,17 @@ private:
   struct slot {
     std::string name;
     grad_view grad;
-    std::size_t bucket = 0, offset = 0; // offset: in its bucket
-    std::int64_t global = 0;            // of its first element among the N
+    std::int64_t global = 0;          // of its first element among the N
+    std::vector<std::size_t> buckets; // those holding its elements (one for the all-reduce)
     bool ready = false;
   };
+  /// Elements [begin, begin + count) of parameter `slot`, at `offset` in its bucket.
+  struct piece {
+    std::size_t slot = 0, begin = 0, count = 0, offset = 0;
+  };
   struct bucket {
-    std::vector<std::size_t> slots;
+    std::vector<piece> pieces;
+    std::vector<std::size_t> slots; // pieces' parameters
     std::size_t elements = 0, pending = 0;
     std::int64_t first = 0; // its first element among the N
     host_view flat;         // reduce_scatter_staged: a staging buffer's while in flight
@@ -282,10 +306,9 @@ private:
       b.flat = Kokkos::subview(sb.buffer, range(0, b.elements));
     }
     exec.fence(); // the backward kernels that wrote these gradients have finished
-    for (std::size_t k : b.slots) {
-      const slot& s = slots_[k];
-      Kokkos::deep_copy(exec, Kokkos::subview(b.flat, range(s.offset, s.grad.extent(0))), s.grad);
-    }
+    for (const piece& pc : b.pieces)
+      Kokkos::deep_copy(exec, Kokkos::subview(b.flat, range(pc.offset, pc.count)),
+                        Kokkos::subview(slots_[pc.slot].grad, range(pc.begin, pc.count)));
     exec.fence();
     if constexpr (std::is_same_v<Wire, bfloat16>) {
       for (std::size_t i = 0; i < b.elements; ++i) b.wire[i] = bfloat16::from_float(b.flat(i));
@@ -309,19 +332,19 @@ private:
       if constexpr (std::is_same_v<Wire, bfloat16>)
         for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) = b.wire[i].to_float();
       for (std::size_t i = 0; i < b.elements; ++i) b.flat(i) *= inv;
-      for (std::size_t k : b.slots) {
-        const slot& s = slots_[k];
-        Kokkos::deep_copy(exec, s.grad, Kokkos::subview(b.flat, range(s.offset, s.grad.extent(0))));
-      }
+      for (const piece& pc : b.pieces)
+        Kokkos::deep_copy(exec, Kokkos::subview(slots_[pc.slot].grad, range(pc.begin, pc.count)),
+                          Kokkos::subview(b.flat, range(pc.offset, pc.count)));
     } else {
       const int r = comm_.rank();
       const std::int64_t lo = std::max(b.first, layout_.begin(r)),
                          hi = std::min(b.first + std::int64_t(b.elements), layout_.end(r));
       for (std::int64_t i = 0; i < hi - lo; ++i) b.flat(std::size_t(i)) *= inv;
-      for (std::size_t k : b.slots) {
-        const slot& s = slots_[k];
-        const std::int64_t a = std::max(lo, s.global),
-                           e = std::min(hi, s.global + std::int64_t(s.grad.extent(0)));
+      for (const piece& pc : b.pieces) {
+        const slot& s = slots_[pc.slot];
+        const std::int64_t first = s.global + std::int64_t(pc.begin);
+        const std::int64_t a = std::max(lo, first),
+                           e = std::min(hi, first + std::int64_t(pc.count));
         if (a < e)
           Kokkos::deep_copy(
               exec, Kokkos::subview(s.grad, range(std::size_t(a - s.global), std::size_t(e - a))),
