@@ -13,6 +13,10 @@
 // saved with each rank's shard and restored bit for bit (the next step's weights and states the
 // uninterrupted run's), and merged into the single-process order: each stage's states at the
 // place of its layers in the whole model.
+// The interleaved schedule (interleaved_1f1b<2>, an fp8 MLP of seven layers cut into four
+// chunks, rank p holding chunks p and p + 2): saved, restored bit for bit (also with ZeRO 2),
+// refused by the same plan on one chunk per rank, and merged with each chunk's fp8 states at
+// the place of its layers in the whole model (not the rank's states in one run).
 // Run on 4 ranks (data 1, tensor 2, pipeline 2; data 2, tensor 2) and 8 ranks (2, 2, 2).
 #include "plan_check.hpp"
 
@@ -339,7 +343,139 @@ void check_fp8_checkpoint(const char* tag) {
   if (world.rank() == 0) fs::remove_all(dir);
 }
 
+using V2 = tp::interleaved_1f1b<2>;
+/// Four Linear layers of similar cost, so each of the four balanced chunks holds one (and fp8
+/// states): rank 0's chunks 0 and 2 are then not one run of the model's states.
+using Fp8Deep =
+    nn::Sequential<nn::Linear<23, 32, fp8_delayed>, nn::ReLU, nn::Linear<32, 32, fp8_delayed>,
+                   nn::GELU, nn::Linear<32, 32, fp8_delayed>, nn::ReLU,
+                   nn::Linear<32, 10, fp8_delayed>>;
+
+/// Steps first_step, ... of `stage` (Fp8Deep under interleaved_1f1b<2>) through `opt`: a
+/// sharded optimizer's step, or SGD on the stage's parameters.
+template <class Stage, class Opt>
+void interleaved_steps(Stage& stage, Opt& opt, int first_step, int steps) {
+  Kokkos::DefaultExecutionSpace exec;
+  nn::SoftmaxCrossEntropy loss;
+  const int share = opts.global_batch / stage.mesh().shape.data;
+  const int first = stage.mesh().at.data * share;
+  for (int step = first_step; step < first_step + steps; ++step) {
+    auto x = make_input<Fp8Deep>(share);
+    Kokkos::View<int*> labels("labels", share);
+    fill_batch(step, first, x, labels);
+    stage.forward_backward(exec, x, labels, loss);
+    if constexpr (requires { opt.step(exec); })
+      opt.step(exec);
+    else
+      opt.step(exec, stage.parameters());
+  }
+}
+
+template <class Plan, class Stage>
+auto make_sgd(Stage& stage) {
+  const tessera::train::sgd sgd{.lr = 0.05f, .momentum = 0.9f};
+  if constexpr (Plan::zero_stage > 0)
+    return stage.make_optimizer(sgd);
+  else
+    return sgd;
+}
+
+template <class Plan>
+void check_interleaved_checkpoint(const char* tag) {
+  auto world = tp::mpi_communicator::world();
+  if (world.size() != Plan::world_size) return;
+  const fs::path dir = scratch_dir(tag);
+  tp::mesh<Plan, tp::mpi_communicator> mesh(world);
+  std::map<std::string, std::vector<float>> saved, after_three;
+  std::vector<std::vector<float>> saved_fp8, after_three_fp8;
+  // This rank's chunks: the fp8 states of the whole model before the chunk's first layer, and
+  // the chunk's states when saved.
+  std::vector<std::pair<std::size_t, std::vector<std::vector<float>>>> chunks;
+  const tessera::train::run_state at_two{.step = 2, .epoch = 0, .data_seed = 9, .precision = "fp8"};
+  tp::with_plan_stage<Plan, Fp8Deep, V2, M>(mesh, opts.seed, opts.bucket_bytes, [&](auto& stage) {
+    static_assert(std::remove_cvref_t<decltype(stage)>::virtual_stages == 2);
+    auto opt = make_sgd<Plan>(stage);
+    tessera::train::static_scaler scaler;
+    interleaved_steps(stage, opt, 0, 2);
+    saved = stage.gather_parameters();
+    saved_fp8 = fp8_values(stage.stage());
+    Fp8Deep whole(1);
+    [&]<int... c>(std::integer_sequence<int, c...>) {
+      auto add = [&](auto& chunk) {
+        using Chunk = std::remove_cvref_t<decltype(chunk)>;
+        chunks.push_back({fp8_states_before<Chunk::begin>(whole), fp8_values(chunk)});
+      };
+      (add(stage.stage().template chunk<c>()), ...);
+    }
+    (std::make_integer_sequence<int, 2>{});
+    tp::save_plan_checkpoint(dir, stage, opt, scaler, at_two);
+    interleaved_steps(stage, opt, 2, 1);
+    after_three = stage.gather_parameters();
+    after_three_fp8 = fp8_values(stage.stage());
+  });
+  REQUIRE(chunks.size() == 2);
+  CHECK(!chunks[0].second.empty());
+  CHECK(!chunks[1].second.empty());
+  // Model chunk 1 (rank 1's) has fp8 states, so rank 0's two chunks are not one run of the
+  // model's states: what a merge by pipeline stage would get wrong.
+  if (mesh.at.pipeline == 0) CHECK(chunks[1].first > chunks[0].first + chunks[0].second.size());
+  // Restored into a differently seeded run that has trained a step: the same bits, and the
+  // next step the uninterrupted run's.
+  tp::with_plan_stage<Plan, Fp8Deep, V2, M>(mesh, 12345, opts.bucket_bytes, [&](auto& stage) {
+    auto opt = make_sgd<Plan>(stage);
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp8"};
+    interleaved_steps(stage, opt, 0, 1);
+    CHECK(fp8_values(stage.stage()) != saved_fp8);
+    tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
+    CHECK(run.step == 2);
+    CHECK(stage.gather_parameters() == saved);
+    CHECK(fp8_values(stage.stage()) == saved_fp8);
+    interleaved_steps(stage, opt, 2, 1);
+    CHECK(stage.gather_parameters() == after_three); // bit for bit
+    CHECK(fp8_values(stage.stage()) == after_three_fp8);
+  });
+  // The same plan with one chunk per rank holds other layers: refused, naming both.
+  tp::with_plan_stage<Plan, Fp8Deep, Kind, M>(mesh, 1, opts.bucket_bytes, [&](auto& stage) {
+    auto opt = make_sgd<Plan>(stage);
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp8"};
+    CHECK_THROWS_WITH(tp::load_plan_checkpoint(dir, stage, opt, scaler, run),
+                      Catch::Contains("with 2 model chunk(s) per rank, not 1"));
+  });
+  // Merged: each chunk's parameters and fp8 states where its layers are in the whole model.
+  if (world.rank() == 0) tp::merge_plan_checkpoint(dir, dir / "whole.tsr");
+  world.barrier();
+  {
+    Fp8Deep model(99);
+    tessera::train::sgd opt{.lr = 0.05f, .momentum = 0.9f};
+    tessera::train::static_scaler scaler;
+    tessera::train::run_state run{.precision = "fp8"};
+    tessera::train::load_checkpoint(dir / "whole.tsr", model.parameters(), opt, scaler, run,
+                                    model.fp8_states());
+    CHECK(run.step == 2);
+    CHECK(opt.steps() == 2);
+    const auto merged = values_by_name(model.parameters());
+    for (const auto& [name, v] : saved) CHECK(merged.at(name) == v);
+    const auto whole = fp8_values(model);
+    for (const auto& [before, states] : chunks) {
+      INFO("the chunk whose layers follow " << before << " fp8 states of the model");
+      REQUIRE(whole.size() >= before + states.size());
+      for (std::size_t k = 0; k < states.size(); ++k) CHECK(whole[before + k] == states[k]);
+    }
+  }
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(dir);
+}
+
 } // namespace
+
+TEST_CASE("plan checkpoints: the interleaved schedule's chunks saved, restored and merged",
+          "[parallel]") {
+  check_interleaved_checkpoint<tp::plan<tp::tensor<2>, tp::pipeline<2>>>("v2t2p2");
+  check_interleaved_checkpoint<tp::plan<tp::data<2, tp::zero<2>>, tp::pipeline<2>>>("v2z2d2p2");
+  check_interleaved_checkpoint<tp::plan<tp::data<2>, tp::tensor<2>, tp::pipeline<2>>>("v2d2t2p2");
+}
 
 TEST_CASE("plan checkpoints: fp8 scaling states saved, restored and merged", "[parallel]") {
   check_fp8_checkpoint<tp::plan<tp::tensor<2>, tp::pipeline<2>>>("fp8t2p2");

@@ -13,17 +13,23 @@
 ///   rank-<r>.tsr   train::save_checkpoint of rank r: its stage's parameter shards (named as in
 ///                  the single-process model), the optimizer state of those shards, the scaler,
 ///                  the run state, and the fp8 scaling states of its stage's layers (numbered
-///                  from 0 in the stage, in parallel::for_each_fp8_state's order; none without
-///                  fp8 layers);
+///                  from 0 in the stage, in parallel::for_each_fp8_state's order: chunk by
+///                  chunk under the interleaved schedule; none without fp8 layers);
 ///   rank-<r>.txt   what rank r holds, one line per item:
 ///                    tessera-plan-shard 1
 ///                    rank <r> data <d> tensor <t> pipeline <p>
+///                    chunk <g> fp8 <n>     (for each run of consecutive layers it holds: model
+///                                           chunk g, p under 1F1B/GPipe, c P + p for its chunk
+///                                           c under interleaved_1f1b<V>, with n fp8 states;
+///                                           followed by that chunk's parameters:)
 ///                    param <name> split <0|1> dim <k>     (split: cut along dimension k)
 ///   manifest.txt   written last, by rank 0, once every rank's files are in place:
 ///                    tessera-plan-checkpoint 1
 ///                    plan data <D> tensor <T> pipeline <P>
 ///                    ranks <D * T * P>
-///   rank-<r>.zero.tsr  (ZeRO stage >= 1 only; the manifest then ends with "zero <Z>") rank r's
+///                    zero <Z>
+///                    chunks <V>            (model chunks per rank: 1, or V of interleaved_1f1b)
+///   rank-<r>.zero.tsr  (ZeRO stage >= 1 only) rank r's
 ///                  shard of the optimizer state: train::save_checkpoint of the pieces it
 ///                  updates ("3.weight[a:b]", a flat element range) with their optimizer slots;
 ///                  its rank-<r>.tsr then holds the whole parameters and no optimizer slots.
@@ -33,12 +39,12 @@
 /// so are its optimizer slots (momentum, Adam moments); scalars come from rank 0. A ZeRO run's
 /// optimizer slots are first put together per rank from the D pieces of its data group (in
 /// element order), its step count taken from the pieces of data rank 0. A resume must use the
-/// plan and ZeRO stage it was saved with (others refused, naming both).
+/// plan, ZeRO stage and schedule chunks it was saved with (others refused, naming both).
 ///
 /// fp8: parallel/fp8_sync.hpp keeps every fp8 state equal on the ranks that share it (a data
-/// group and a tensor group), so the merge takes each pipeline stage's states from its rank of
+/// group and a tensor group), so the merge takes each model chunk's states from its rank of
 /// tensor (and data) coordinate 0, refuses the merge if another rank of the stage holds other
-/// bits, and renumbers them after the earlier stages' states: the single-process model's order
+/// bits, and renumbers them after the earlier chunks' states: the single-process model's order
 /// (model.fp8_states()). A resume under the same plan restores them bit for bit. After a merge
 /// one difference from the single process's states remains under a data split of D: each rank's
 /// loss is the mean over its share of the batch, so the output-gradient states hold amaxes D
@@ -84,7 +90,8 @@ inline std::string read_text(const std::string& who, const std::filesystem::path
 
 struct plan_manifest {
   int data = 0, tensor = 0, pipeline = 0, ranks = 0;
-  int zero = 0; // the ZeRO stage (a "zero <Z>" line; absent: 0)
+  int zero = 0;   // the ZeRO stage (a "zero <Z>" line; absent: 0)
+  int chunks = 1; // model chunks per rank (a "chunks <V>" line; absent: 1)
 };
 
 inline plan_manifest read_manifest(const std::string& who, const std::filesystem::path& dir) {
@@ -101,12 +108,13 @@ inline plan_manifest read_manifest(const std::string& who, const std::filesystem
       m.data < 1 || m.tensor < 1 || m.pipeline < 1 || m.ranks != m.data * m.tensor * m.pipeline)
     throw value_error(who + ": '" + (dir / "manifest.txt").string() +
                       "' is not a version-1 plan checkpoint manifest");
-  std::string zero_key;
-  if (in >> zero_key) {
-    in >> m.zero;
-    if (zero_key != "zero" || !in || m.zero < 0 || m.zero > 2)
-      throw value_error(who + ": '" + (dir / "manifest.txt").string() +
-                        "' has a malformed line after 'ranks' (expected 'zero 0|1|2')");
+  std::string extra;
+  while (in >> extra) {
+    int* value = extra == "zero" ? &m.zero : extra == "chunks" ? &m.chunks : nullptr;
+    if (value) in >> *value;
+    if (!value || !in || m.zero < 0 || m.zero > 2 || m.chunks < 1)
+      throw value_error(who + ": '" + (dir / "manifest.txt").string() + "' has a malformed line '" +
+                        extra + "' after 'ranks' (expected 'zero 0|1|2' or 'chunks <V >= 1>')");
   }
   return m;
 }
@@ -130,9 +138,15 @@ struct shard_entry {
   bool split = false;
   int dim = 0;
 };
+/// A run of consecutive layers a rank holds: model chunk `index`, with `fp8` scaling states.
+struct chunk_entry {
+  int index = 0;
+  long fp8 = 0;
+};
 struct rank_fragment {
   int rank = 0, data = 0, tensor = 0, pipeline = 0;
   std::vector<shard_entry> params;
+  std::vector<chunk_entry> chunks; // in the order of the rank's fp8 records (may be absent)
 };
 
 inline rank_fragment read_fragment(const std::string& who, const std::filesystem::path& dir,
@@ -150,6 +164,15 @@ inline rank_fragment read_fragment(const std::string& who, const std::filesystem
                       "'s version-1 shard description");
   std::string word;
   while (in >> word) {
+    if (word == "chunk") {
+      chunk_entry c;
+      std::string fp8_key;
+      in >> c.index >> fp8_key >> c.fp8;
+      if (fp8_key != "fp8" || !in || c.index < 0 || c.fp8 < 0)
+        throw value_error(who + ": '" + path.string() + "': malformed line starting 'chunk'");
+      f.chunks.push_back(c);
+      continue;
+    }
     shard_entry e;
     std::string split_key, dim_key;
     int split = 0;
@@ -239,16 +262,25 @@ inline std::filesystem::path rank_file(const std::filesystem::path& dir, int r,
   return dir / ("rank-" + std::to_string(r) + ext);
 }
 
+/// f(g, chunk) for each run of consecutive layers of the plan stage `stage`: its pipeline stage
+/// (g = p), or under interleaved_1f1b<V> its chunks c = 0, ..., V - 1 (model chunk g = c P + p).
+template <class Stage, class F>
+void for_each_model_chunk(Stage& stage, F&& f) {
+  if constexpr (Stage::virtual_stages == 1) {
+    f(Stage::stage_index, stage.stage());
+  } else {
+    [&]<int... c>(std::integer_sequence<int, c...>) {
+      (f(c * Stage::stages + Stage::stage_index, stage.stage().template chunk<c>()), ...);
+    }
+    (std::make_integer_sequence<int, Stage::virtual_stages>{});
+  }
+}
+
 /// save_plan_checkpoint's body: `save_rank(path)` writes the rank's .tsr, `save_zero(path)` its
 /// shard of the sharded optimizer (a no-op without ZeRO).
 template <class Stage, class SaveRank, class SaveZero>
 void save_plan(const std::filesystem::path& dir, Stage& stage, int zero, SaveRank&& save_rank,
                SaveZero&& save_zero) {
-  static_assert(
-      Stage::virtual_stages == 1,
-      "tessera::parallel::save_plan_checkpoint: plan checkpoints are written per pipeline "
-      "stage; a plan_stage on the interleaved schedule (interleaved_1f1b<V>, V model "
-      "chunks per rank) is not supported yet.");
   const std::string who = "tessera::parallel::save_plan_checkpoint";
   auto& m = stage.mesh();
   const int r = m.world.rank();
@@ -261,15 +293,19 @@ void save_plan(const std::filesystem::path& dir, Stage& stage, int zero, SaveRan
     std::string text = "tessera-plan-shard 1\nrank " + std::to_string(r) + " data " +
                        std::to_string(m.at.data) + " tensor " + std::to_string(m.at.tensor) +
                        " pipeline " + std::to_string(m.at.pipeline) + "\n";
-    for_each_layer(stage.stage(), [&](auto index, auto& layer) {
-      using L = std::remove_cvref_t<decltype(layer)>;
-      std::size_t k = 0;
-      boost::hana::for_each(layer.parameters(), [&](const auto& p) {
-        shard_spec s{};
-        if constexpr (TensorParallelLayer<L>) s = L::shards[k];
-        ++k;
-        text += "param " + std::to_string(decltype(index)::value) + "." + p.name + " split " +
-                (s.split ? "1" : "0") + " dim " + std::to_string(s.dim) + "\n";
+    for_each_model_chunk(stage, [&](int g, auto& chunk) {
+      text +=
+          "chunk " + std::to_string(g) + " fp8 " + std::to_string(count_fp8_states(chunk)) + "\n";
+      for_each_layer(chunk, [&](auto index, auto& layer) {
+        using L = std::remove_cvref_t<decltype(layer)>;
+        std::size_t k = 0;
+        boost::hana::for_each(layer.parameters(), [&](const auto& p) {
+          shard_spec s{};
+          if constexpr (TensorParallelLayer<L>) s = L::shards[k];
+          ++k;
+          text += "param " + std::to_string(decltype(index)::value) + "." + p.name + " split " +
+                  (s.split ? "1" : "0") + " dim " + std::to_string(s.dim) + "\n";
+        });
       });
     });
     train::detail::ckpt::write_file_atomically(who, rank_file(dir, r, ".txt"), text_bytes(text));
@@ -281,18 +317,14 @@ void save_plan(const std::filesystem::path& dir, Stage& stage, int zero, SaveRan
           text_bytes("tessera-plan-checkpoint 1\nplan data " + std::to_string(m.shape.data) +
                      " tensor " + std::to_string(m.shape.tensor) + " pipeline " +
                      std::to_string(m.shape.pipeline) + "\nranks " +
-                     std::to_string(m.shape.world()) + "\nzero " + std::to_string(zero) + "\n"));
+                     std::to_string(m.shape.world()) + "\nzero " + std::to_string(zero) +
+                     "\nchunks " + std::to_string(Stage::virtual_stages) + "\n"));
   });
 }
 
 /// load_plan_checkpoint's body: the manifest must name this plan and ZeRO stage.
 template <class Stage, class LoadRank>
 void load_plan(const std::filesystem::path& dir, Stage& stage, int zero, LoadRank&& load_rank) {
-  static_assert(
-      Stage::virtual_stages == 1,
-      "tessera::parallel::load_plan_checkpoint: plan checkpoints are written per pipeline "
-      "stage; a plan_stage on the interleaved schedule (interleaved_1f1b<V>, V model "
-      "chunks per rank) is not supported yet.");
   const std::string who = "tessera::parallel::load_plan_checkpoint";
   auto& m = stage.mesh();
   on_every_rank(m.world, who, [&] {
@@ -308,6 +340,13 @@ void load_plan(const std::filesystem::path& dir, Stage& stage, int zero, LoadRan
                         plan_text(man.data, man.tensor, man.pipeline) + " at ZeRO stage " +
                         std::to_string(man.zero) + ", not at ZeRO stage " + std::to_string(zero) +
                         " (the optimizer state is sharded another way); "
+                        "merge_plan_checkpoint turns it into a single-process checkpoint");
+    if (man.chunks != Stage::virtual_stages)
+      throw value_error(who + ": '" + dir.string() + "' holds a run of " +
+                        plan_text(man.data, man.tensor, man.pipeline) + " with " +
+                        std::to_string(man.chunks) + " model chunk(s) per rank, not " +
+                        std::to_string(Stage::virtual_stages) +
+                        " (interleaved_1f1b<V> holds V; its ranks hold other layers); "
                         "merge_plan_checkpoint turns it into a single-process checkpoint");
   });
   on_every_rank(m.world, who, [&] { load_rank(m.world.rank()); });
@@ -486,12 +525,36 @@ inline void merge_plan_checkpoint(const std::filesystem::path& dir,
   std::vector<ck::record> merged;
   for (const source& s : sources)
     for (const auto& e : s.fragment.params) spec[e.name] = e;
-  // fp8 states: per pipeline stage, by tensor coordinate, the records of that rank.
-  std::map<int, std::map<int, std::vector<const ck::parsed_record*>>> fp8_records;
+  // fp8 states: per model chunk, by tensor coordinate, the records of that rank with their
+  // index in the chunk. A rank's states are numbered through its chunks in order (a
+  // description without chunk lines: one chunk, its pipeline stage).
+  struct fp8_part {
+    int stage = 0;
+    long count = -1; // states in the chunk (-1: not described, the records tell)
+    std::map<int, std::vector<std::pair<long, const ck::parsed_record*>>> by_tensor;
+  };
+  std::map<int, fp8_part> fp8_records;
   for (const source& s : sources)
     for (const ck::parsed_record& rec : s.records) {
-      if (detail::fp8_index_of(rec.name) >= 0) {
-        fp8_records[s.fragment.pipeline][s.fragment.tensor].push_back(&rec);
+      if (const long k = detail::fp8_index_of(rec.name); k >= 0) {
+        int g = s.fragment.pipeline;
+        long first = 0, count = -1; // the chunk's first state among the rank's, its states
+        for (const detail::chunk_entry& c : s.fragment.chunks) {
+          if (k < first + c.fp8) {
+            g = c.index;
+            count = c.fp8;
+            break;
+          }
+          first += c.fp8;
+        }
+        if (!s.fragment.chunks.empty() && count < 0)
+          throw value_error(who + ": record '" + rec.name + "' of rank " +
+                            std::to_string(s.fragment.rank) + " lies past the " +
+                            std::to_string(first) + " fp8 states its description lists");
+        fp8_part& part = fp8_records[g];
+        part.stage = s.fragment.pipeline;
+        part.count = count;
+        part.by_tensor[s.fragment.tensor].push_back({k - first, &rec});
         continue;
       }
       const std::string param = detail::parameter_of(rec.name);
@@ -540,28 +603,31 @@ inline void merge_plan_checkpoint(const std::filesystem::path& dir,
     std::memcpy(whole.payload.data(), values.data(), whole.payload.size());
     merged.push_back(std::move(whole));
   }
-  // Each stage's fp8 states: equal on its tensor ranks (fp8_sync.hpp), renumbered after the
-  // states of the stages before it.
+  // Each model chunk's fp8 states: equal on its tensor ranks (fp8_sync.hpp), renumbered after
+  // the states of the chunks before it.
   long offset = 0;
-  for (const auto& [p, by_tensor] : fp8_records) {
-    const auto& mine = by_tensor.begin()->second;
-    for (const auto& [t, recs] : by_tensor) {
+  for (const auto& [g, part] : fp8_records) {
+    const auto& mine = part.by_tensor.begin()->second;
+    for (const auto& [t, recs] : part.by_tensor) {
       bool same = recs.size() == mine.size();
-      for (std::size_t i = 0; same && i < recs.size(); ++i)
-        same = recs[i]->name == mine[i]->name && recs[i]->type == mine[i]->type &&
-               recs[i]->shape == mine[i]->shape && recs[i]->bytes == mine[i]->bytes &&
-               std::memcmp(recs[i]->data, mine[i]->data, recs[i]->bytes) == 0;
+      for (std::size_t i = 0; same && i < recs.size(); ++i) {
+        const ck::parsed_record &a = *recs[i].second, &b = *mine[i].second;
+        same = recs[i].first == mine[i].first && a.name == b.name && a.type == b.type &&
+               a.shape == b.shape && a.bytes == b.bytes &&
+               std::memcmp(a.data, b.data, a.bytes) == 0;
+      }
       if (!same)
-        throw value_error(who + ": the fp8 scaling states of pipeline stage " + std::to_string(p) +
-                          " differ between tensor ranks " +
-                          std::to_string(by_tensor.begin()->first) + " and " + std::to_string(t) +
-                          " (every rank that shares a tensor holds its state: a corrupt or mixed "
-                          "checkpoint directory?)");
+        throw value_error(
+            who + ": the fp8 scaling states of pipeline stage " + std::to_string(part.stage) +
+            (g != part.stage ? " (model chunk " + std::to_string(g) + ")" : std::string()) +
+            " differ between tensor ranks " + std::to_string(part.by_tensor.begin()->first) +
+            " and " + std::to_string(t) +
+            " (every rank that shares a tensor holds its state: a corrupt or mixed "
+            "checkpoint directory?)");
     }
-    long count = 0;
-    for (const ck::parsed_record* rec : mine) {
-      const long k = detail::fp8_index_of(rec->name);
-      count = std::max(count, k + 1);
+    long count = part.count;
+    for (const auto& [k, rec] : mine) {
+      if (part.count < 0) count = std::max(count, k + 1);
       const std::string rest = rec->name.substr(rec->name.find('/', 4));
       merged.push_back({"fp8/" + std::to_string(offset + k) + rest, rec->type, rec->shape,
                         std::vector<unsigned char>(rec->data, rec->data + rec->bytes)});

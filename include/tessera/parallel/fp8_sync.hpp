@@ -65,8 +65,9 @@ namespace tessera::parallel {
 
 /// Every fp8 scaling state of `model` as one boost::hana tuple of train::fp8_meta pointers, in
 /// the order of its layers and of each layer's fp8_states(): a model with fp8_states()
-/// (nn::Sequential, a layer), or a pipeline stage (layers reached through size() and
-/// layer<K>()). A model without fp8 layers has none. What a plan checkpoint saves per rank.
+/// (nn::Sequential, a layer), a pipeline stage (layers reached through size() and
+/// layer<K>()), or an interleaved stage (its chunks, reached through chunk<c>(), in order). A
+/// model without fp8 layers has none. What a plan checkpoint saves per rank.
 template <class Model>
 auto fp8_states_in(Model& model) {
   if constexpr (requires { model.fp8_states(); }) {
@@ -77,6 +78,12 @@ auto fp8_states_in(Model& model) {
           boost::hana::make_tuple(fp8_states_in(model.template layer<K>())...));
     }
     (std::make_index_sequence<Model::size()>{});
+  } else if constexpr (requires { model.template chunk<0>(); }) {
+    return [&]<int... c>(std::integer_sequence<int, c...>) {
+      return boost::hana::flatten(
+          boost::hana::make_tuple(fp8_states_in(model.template chunk<c>())...));
+    }
+    (std::make_integer_sequence<int, Model::chunks>{});
   } else {
     return boost::hana::make_tuple();
   }
