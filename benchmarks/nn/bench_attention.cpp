@@ -13,7 +13,8 @@
 // projections) at the character GPT's batch (B = 16, t = 128 and longer) and report GFLOP/s of
 // its products: forward 2 (QK^T, PV), backward 5 (the recomputed QK^T, dO V^T, P^T dO, dS^T Q,
 // dS K), each 2 d flops per (query, key) pair the causal mask lets through, t (t + 1) / 2 per
-// (batch, head).
+// (batch, head). "core_bf16" is the same with bf16 q, k, v in and o out (the bf16 GPT's core;
+// it computes in fp32 all the same, so it differs by the widening and rounding).
 //
 //   bench_attention                                    # Kokkos' default threads
 //   OMP_NUM_THREADS=1 bench_attention --benchmark_filter=/256
@@ -195,24 +196,28 @@ void add(const std::string& name, index_t t) {
       ->UseRealTime();
 }
 
-/// The core alone (see the file comment): qkv (Bc, t, 3D) random, fp32.
-void add_core(index_t t) {
+/// The core alone (see the file comment): qkv (Bc, t, 3D) random, in precision P's storage
+/// (fp32, or bf16 as the bf16 GPT's projections hand it over), o in P, dO fp32.
+template <class P>
+void add_core(index_t t, const std::string& name) {
   constexpr index_t Bc = 16;
-  using core_t = nn::detail::tiled_attention_core<D, H, tessera::fp32>;
+  using S = tessera::storage_t<P>;
+  using core_t = nn::detail::tiled_attention_core<D, H, P>;
   auto core = std::make_shared<core_t>();
-  auto qkv = std::make_shared<std::vector<float>>(std::size_t(Bc * t * 3 * D));
-  auto o = std::make_shared<std::vector<float>>(std::size_t(Bc * t * D));
+  auto qkv = std::make_shared<std::vector<S>>(std::size_t(Bc * t * 3 * D));
+  auto o = std::make_shared<std::vector<S>>(std::size_t(Bc * t * D));
   auto g = std::make_shared<std::vector<float>>(std::size_t(Bc * t * D));
   auto dqkv = std::make_shared<std::vector<float>>(std::size_t(Bc * t * 3 * D));
   tessera::counter_rng rng{7, 0};
-  for (std::size_t i = 0; i < qkv->size(); ++i) (*qkv)[i] = 2 * rng.uniform01(i) - 1;
+  for (std::size_t i = 0; i < qkv->size(); ++i)
+    (*qkv)[i] = tessera::from_float<P>(2 * rng.uniform01(i) - 1);
   for (std::size_t i = 0; i < g->size(); ++i) (*g)[i] = 2 * rng.uniform01(qkv->size() + i) - 1;
   const Kokkos::DefaultHostExecutionSpace exec;
   const double pairs = double(Bc * H) * double(t) * double(t + 1) / 2;
   const double flops_fwd = 2 * 2 * d * pairs, flops_bwd = 5 * 2 * d * pairs;
   const std::string ts = std::to_string(t);
   benchmark::RegisterBenchmark(
-      ("core/forward/" + ts).c_str(),
+      (name + "/forward/" + ts).c_str(),
       [=](benchmark::State& st) {
         for (auto _ : st) core->forward(exec, qkv->data(), Bc, t, o->data());
         st.counters["GFLOP"] =
@@ -221,7 +226,7 @@ void add_core(index_t t) {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
   benchmark::RegisterBenchmark(
-      ("core/backward/" + ts).c_str(),
+      (name + "/backward/" + ts).c_str(),
       [=](benchmark::State& st) {
         core->forward(exec, qkv->data(), Bc, t, o->data());
         for (auto _ : st) core->backward(exec, g->data(), o->data(), Bc, t, dqkv->data());
@@ -236,7 +241,8 @@ void add_core(index_t t) {
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
-  for (const index_t t : {128, 256, 1024}) add_core(t);
+  for (const index_t t : {128, 256, 1024}) add_core<tessera::fp32>(t, "core");
+  for (const index_t t : {128, 1024}) add_core<tessera::bf16>(t, "core_bf16");
   for (const index_t t : {64, 128, 256, 512, 1024}) {
     add<nn::CausalSelfAttention<D, H>>("tiled", t);
     add<naive_attention_layer>("naive", t);
