@@ -87,7 +87,7 @@ if has conv; then
   [ "$quick" = 1 ] && filter='^(fmnist1|fmnist2|res3x3_28)/'
   "$build/benchmarks/conv/bench_conv" --benchmark_filter="$filter" >"$tmp/conv.txt" 2>/dev/null
   { echo; echo "### Convolution (GFLOP/s; ratios > 1: tessera faster)"; echo
-    sed -n '/^| layer | pass |/,$p' "$tmp/conv.txt"; } >>"$report"
+    sed -n '/^| layer | pass |/,/^```/p' "$tmp/conv.txt" | grep -v '^```'; } >>"$report"
 fi
 if has train; then
   log "FashionCNN training against PyTorch"
