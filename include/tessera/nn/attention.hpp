@@ -13,9 +13,10 @@
 ///   auto dx = attn.backward(exec, dy);         // writes the four parameters' grad
 ///
 /// The projections are nn::Linear members (tessera::gemm, in compute precision Prec: fp32,
-/// bf16 or fp8 hybrid, fp32 masters). The attention core is fp32 whatever Prec: q, k, v are
-/// widened to fp32, the softmax and its statistics are fp32, o is rounded once to the
-/// activation precision.
+/// bf16 or fp8 hybrid, fp32 masters). The attention core computes in fp32 whatever Prec: q, k,
+/// v are widened to fp32 as they are used (k and v kept in bf16 when the activations are bf16:
+/// their exact values, half the bytes), the products accumulate in fp32, the softmax and its
+/// statistics are fp32, o is rounded once to the activation precision.
 ///
 /// The core is computed tile by tile with an online softmax (the FlashAttention idea, Dao et
 /// al. 2022; backward as FlashAttention-2, Dao 2023): one work item per (batch, head, tile of
@@ -28,7 +29,9 @@
 /// or after it, dK and dV of the key tile in scratch and dQ accumulated in place in dqkv (owned by
 /// the work item: no atomics, the same sums on every run); each probability tile is recomputed
 /// once. Memory besides the activations is linear in t: q, k, v (and k^T, v^T for unit-stride
-/// inner loops) in fp32, L and D per row, and the per-work-item scratch, reused across steps.
+/// inner loops; q in fp32, the others in bf16 when the activations are bf16, exact since they
+/// are the QKV projection's bf16 output, else fp32), L and D per row, and the per-work-item
+/// scratch, reused across steps.
 /// The tile products are register-blocked (block_rows query rows by block_cols keys for the
 /// scores, block_rows rows by the head width for P V and dS K, two keys by the head width for
 /// P^T dO and dS^T Q), their innermost loops unit-stride and of compile-time length
@@ -67,8 +70,9 @@ namespace detail {
 /// wide, head h in columns [h d, (h + 1) d) of each), o written as (B, t, W). The whole layer
 /// runs it on its H heads (W = D); parallel::HeadParallelAttention on a rank's H/T heads
 /// (W = D/T, the columns of its shard of the QKV projection): the same kernels, the same sums
-/// per head. Keeps q, k, k^T, v, v^T (fp32) and the per-row log-sum-exp between a forward and
-/// its backward (5 B t W + B NH t floats); backward allocates dO and D (B t W + B NH t floats).
+/// per head. Keeps q (fp32), k, k^T, v, v^T (kv_type: bf16 under bf16 activations, else fp32)
+/// and the per-row log-sum-exp between a forward and its backward (B t W + B NH t floats and
+/// 4 B t W kv_type); backward allocates dO and D (B t W + B NH t floats).
 template <index_t W, index_t NH, class Act, class M = default_memory_space>
 class tiled_attention_core {
   static_assert(W >= 1 && NH >= 1 && W % NH == 0,
@@ -87,9 +91,14 @@ public:
   }
   /// Bytes of the last forward and backward's core memory (see CausalSelfAttention::scratch_bytes).
   std::size_t scratch_bytes() const noexcept { return scratch_bytes_; }
+  /// The element type forward keeps k, k^T, v and v^T in: bf16 where the activations are bf16
+  /// (the QKV projection's output, so exact; half the bytes written and read), else fp32. q is
+  /// fp32 (pre-scaled by 1/sqrt d) and every product accumulates in fp32 either way.
+  using kv_type = std::conditional_t<std::is_same_v<storage_t<Act>, bfloat16>, bfloat16, float>;
   /// The bytes forward keeps for backward: q, k, k^T, v, v^T and the log-sum-exp per row.
   static constexpr std::size_t saved_bytes(index_t B, index_t t) {
-    return std::size_t(5 * B * t * W + B * NH * t) * sizeof(float);
+    return std::size_t(B * t * W + B * NH * t) * sizeof(float) +
+           std::size_t(4 * B * t * W) * sizeof(kv_type);
   }
 
   /// out (B, t, W) = the heads' causal attention of qkv (B, t, 3W); keeps what backward needs.
@@ -98,7 +107,8 @@ public:
     pack(exec, qkv, B, t);
     const index_t tile = tile_, tiles = (t + tile - 1) / tile;
     float* lse = lse_.get(B * NH * t);
-    const float *q = q_.data(), *kt = kt_.data(), *v = v_.data();
+    const float* q = q_.data();
+    const kv_type *kt = kt_.data(), *v = v_.data();
     constexpr index_t d = head_dim;
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
@@ -120,8 +130,8 @@ public:
           float* m = acc + tile * d;        // running maximum per row
           float* l = m + tile;              // running sum per row
           const float* qh = q + bh * t * d; // (t, d), pre-scaled by 1/sqrt(d)
-          const float* kth = kt + bh * d * t;
-          const float* vh = v + bh * t * d;
+          const kv_type* kth = kt + bh * d * t;
+          const kv_type* vh = v + bh * t * d;
           for (index_t r = 0; r < nq; ++r) {
             m[r] = -3.0e38f;
             l[r] = 0.f;
@@ -182,7 +192,8 @@ public:
           });
     }
     const index_t tile = tile_;
-    const float *q = q_.data(), *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
+    const float* q = q_.data();
+    const kv_type *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
     const float *lse = lse_.data(), *dop = do_.data(), *di = di_.data();
     const float scale = 1.f / std::sqrt(float(d));
     using policy_t = Kokkos::TeamPolicy<Exec>;
@@ -207,9 +218,9 @@ public:
           float* dk = dp + tile * tile;
           float* dv = dk + tile * d;
           const float* qh = q + bh * t * d;
-          const float* kh = k + bh * t * d;
-          const float* kth = kt + bh * d * t;
-          const float* vth = vt + bh * d * t;
+          const kv_type* kh = k + bh * t * d;
+          const kv_type* kth = kt + bh * d * t;
+          const kv_type* vth = vt + bh * d * t;
           const float* doh = dop + bh * t * d;
           float* dqh = dst + b * t * 3 * W + h * d; // row i at dqh + i * 3D
           for (index_t i = 0; i < t; ++i)
@@ -243,11 +254,13 @@ public:
 
   /// Adds what forward kept for backward to l.
   void count(activation_ledger& l) const {
-    for (const auto* b : {&q_, &k_, &kt_, &v_, &vt_, &lse_}) b->count(l);
+    for (const auto* b : {&q_, &lse_}) b->count(l);
+    for (const auto* b : {&k_, &kt_, &v_, &vt_}) b->count(l);
   }
   /// Frees it.
   void release() noexcept {
-    for (auto* b : {&q_, &k_, &kt_, &v_, &vt_, &lse_}) b->release();
+    for (auto* b : {&q_, &lse_}) b->release();
+    for (auto* b : {&k_, &kt_, &v_, &vt_}) b->release();
   }
 
 private:
@@ -267,6 +280,34 @@ private:
   /// Rows per register block of the tile products, and columns (keys) per block of scores.
   static constexpr index_t block_rows = 4, block_cols = 16;
 
+  /// An input element as kept in k and v: its bits where it is already kv_type, else rounded
+  /// once (fp32 activations into an fp32 core: unchanged).
+  template <class S>
+  KOKKOS_INLINE_FUNCTION static kv_type kept(const S& x) {
+    if constexpr (std::is_same_v<S, kv_type>)
+      return x;
+    else
+      return from_float<std::conditional_t<std::is_same_v<kv_type, float>, fp32, bf16>>(
+          to_float(x));
+  }
+  /// A saved k/v element as fp32.
+  KOKKOS_INLINE_FUNCTION static float widen(float x) { return x; }
+  KOKKOS_INLINE_FUNCTION static float widen(bfloat16 x) { return x.to_float(); }
+
+#if !TESSERA_DEVICE_PASS
+  /// V::size saved k/v elements from p (unaligned) as fp32 lanes: bf16 is the top half of an
+  /// fp32, so a zero-extending load shifted left by 16.
+  template <class V, class T>
+  static V load_widened(const T* p) {
+    if constexpr (std::is_same_v<T, float>) {
+      return V::load_unaligned(p);
+    } else {
+      using A = typename V::arch_type;
+      return xsimd::bitwise_cast<V>(tessera::detail::simd::load_widened<A, 2>(p) << 16);
+    }
+  }
+#endif
+
   /// The largest number of keys j0 .. j0 + nk - 1 that rows r0 .. r0 + nr - 1 of the query tile
   /// at i0 may see (that of the last row).
   KOKKOS_INLINE_FUNCTION static index_t block_keys(index_t i0, index_t r0, index_t nr, index_t j0,
@@ -276,9 +317,9 @@ private:
 
   /// Scores of NR rows: s (NR rows, stride ld), columns [0, nc) = a (NR x d, rows of d) times bt
   /// (d x nc, row stride t). Full blocks of block_cols columns accumulate in registers.
-  template <index_t NR>
-  KOKKOS_INLINE_FUNCTION static void score_rows(float* s, const float* a, const float* bt,
-                                                index_t nc, index_t ld, index_t t) {
+  template <index_t NR, class T>
+  KOKKOS_INLINE_FUNCTION static void score_rows(float* s, const float* a, const T* bt, index_t nc,
+                                                index_t ld, index_t t) {
     constexpr index_t CB = block_cols;
     index_t c0 = 0;
 #if !TESSERA_DEVICE_PASS
@@ -292,8 +333,7 @@ private:
         V acc0[NR], acc1[NR];
         for (index_t r = 0; r < NR; ++r) acc0[r] = acc1[r] = V(0.f);
         for (index_t e = 0; e < head_dim; ++e) {
-          const V b0 = V::load_unaligned(bt + e * t + c0),
-                  b1 = V::load_unaligned(bt + e * t + c0 + w);
+          const V b0 = load_widened<V>(bt + e * t + c0), b1 = load_widened<V>(bt + e * t + c0 + w);
           for (index_t r = 0; r < NR; ++r) {
             const V av(a[r * head_dim + e]);
             acc0[r] = xsimd::fma(av, b0, acc0[r]);
@@ -309,7 +349,7 @@ private:
         V acc[NR];
         for (index_t r = 0; r < NR; ++r) acc[r] = V(0.f);
         for (index_t e = 0; e < head_dim; ++e) {
-          const V b = V::load_unaligned(bt + e * t + c0);
+          const V b = load_widened<V>(bt + e * t + c0);
           for (index_t r = 0; r < NR; ++r) acc[r] = xsimd::fma(V(a[r * head_dim + e]), b, acc[r]);
         }
         for (index_t r = 0; r < NR; ++r) acc[r].store_unaligned(s + r * ld + c0);
@@ -321,10 +361,10 @@ private:
       for (index_t r = 0; r < NR; ++r)
         for (index_t c = 0; c < CB; ++c) acc[r][c] = 0.f;
       for (index_t e = 0; e < head_dim; ++e) {
-        const float* br = bt + e * t + c0;
+        const T* br = bt + e * t + c0;
         for (index_t r = 0; r < NR; ++r) {
           const float av = a[r * head_dim + e];
-          for (index_t c = 0; c < CB; ++c) acc[r][c] += av * br[c];
+          for (index_t c = 0; c < CB; ++c) acc[r][c] += av * widen(br[c]);
         }
       }
       for (index_t r = 0; r < NR; ++r)
@@ -333,7 +373,7 @@ private:
     for (; c0 < nc; ++c0)
       for (index_t r = 0; r < NR; ++r) {
         float sum = 0.f;
-        for (index_t e = 0; e < head_dim; ++e) sum += a[r * head_dim + e] * bt[e * t + c0];
+        for (index_t e = 0; e < head_dim; ++e) sum += a[r * head_dim + e] * widen(bt[e * t + c0]);
         s[r * ld + c0] = sum;
       }
   }
@@ -342,7 +382,8 @@ private:
   /// row stride t, key tile at j0), for the keys each row block may see (the causal mask)
   /// rounded up to block_cols; the columns past that are left unset, those between a row's
   /// last key and it hold scores of keys the row must not see (the callers mask them).
-  KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const float* bt, index_t i0,
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const T* bt, index_t i0,
                                             index_t j0, index_t nq, index_t nk, index_t ld,
                                             index_t t) {
     constexpr index_t R = block_rows;
@@ -362,18 +403,28 @@ private:
 
   /// NR rows of out (stride ostride, d wide) += p (NR rows, stride ld, nc columns) times rows
   /// (nc x d, rows of d), accumulated in registers.
-  template <index_t NR>
+  template <index_t NR, class T>
   KOKKOS_INLINE_FUNCTION static void accumulate_rows(float* out, index_t ostride, const float* p,
-                                                     const float* rows, index_t nc, index_t ld) {
+                                                     const T* rows, index_t nc, index_t ld) {
     constexpr index_t d = head_dim;
     float acc[NR][d];
     for (index_t r = 0; r < NR; ++r)
       for (index_t e = 0; e < d; ++e) acc[r][e] = out[r * ostride + e];
     for (index_t c = 0; c < nc; ++c) {
-      const float* vr = rows + c * d;
-      for (index_t r = 0; r < NR; ++r) {
-        const float pv = p[r * ld + c];
-        for (index_t e = 0; e < d; ++e) acc[r][e] += pv * vr[e];
+      if constexpr (std::is_same_v<T, float>) {
+        const float* vr = rows + c * d;
+        for (index_t r = 0; r < NR; ++r) {
+          const float pv = p[r * ld + c];
+          for (index_t e = 0; e < d; ++e) acc[r][e] += pv * vr[e];
+        }
+      } else {
+        // The row widened once, then used by the NR rows.
+        float vr[d];
+        for (index_t e = 0; e < d; ++e) vr[e] = widen(rows[c * d + e]);
+        for (index_t r = 0; r < NR; ++r) {
+          const float pv = p[r * ld + c];
+          for (index_t e = 0; e < d; ++e) acc[r][e] += pv * vr[e];
+        }
       }
     }
     for (index_t r = 0; r < NR; ++r)
@@ -382,9 +433,10 @@ private:
 
   /// out (nq rows of d, stride ostride) += p (nq x nk, stride ld; zero where masked) times
   /// rows (nk x d: the key tile's v or k rows), over the keys each row block may see.
+  template <class T>
   KOKKOS_INLINE_FUNCTION static void accumulate(float* out, index_t ostride, const float* p,
-                                                const float* rows, index_t i0, index_t j0,
-                                                index_t nq, index_t nk, index_t ld) {
+                                                const T* rows, index_t i0, index_t j0, index_t nq,
+                                                index_t nk, index_t ld) {
     constexpr index_t R = block_rows;
     index_t r0 = 0;
     for (; r0 + R <= nq; r0 += R)
@@ -445,9 +497,10 @@ private:
   /// The backward tile of queries i0 .. i0 + nq - 1 and keys j0 .. j0 + nk - 1 of one head:
   /// recomputes the scores and dP = dO V^T, then overwrites s with P = exp(s - L) and dp with
   /// dS = P (dP - D) (lse_h and di_h: the head's L and D per row), both zero where masked.
+  template <class T>
   KOKKOS_INLINE_FUNCTION static void
-  probs_and_dscores(float* s, float* dp, const float* qh, const float* kth, const float* doh,
-                    const float* vth, const float* lse_h, const float* di_h, index_t i0, index_t j0,
+  probs_and_dscores(float* s, float* dp, const float* qh, const T* kth, const float* doh,
+                    const T* vth, const float* lse_h, const float* di_h, index_t i0, index_t j0,
                     index_t nq, index_t nk, index_t ld, index_t t) {
     scores(s, qh, kth + j0, i0, j0, nq, nk, ld, t);
     scores(dp, doh, vth + j0, i0, j0, nq, nk, ld, t);
@@ -462,13 +515,14 @@ private:
     }
   }
 
-  /// qkv (B, t, 3W) -> q (pre-scaled by 1/sqrt d), k, v (B, NH, t, d) and k^T, v^T (B, NH, d, t),
-  /// fp32.
+  /// qkv (B, t, 3W) -> q (pre-scaled by 1/sqrt d, fp32), k, v (B, NH, t, d) and k^T, v^T
+  /// (B, NH, d, t) in kv_type.
   template <class Exec, class S>
   void pack(const Exec& exec, const S* in, index_t B, index_t t) {
     constexpr index_t d = head_dim;
     const index_t n = B * t * W;
-    float *q = q_.get(n), *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
+    float* q = q_.get(n);
+    kv_type *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
     const float scale = 1.f / std::sqrt(float(d));
     // One work item per (batch, head, block of RB rows): the rows' q, k, v copied, then the
     // block's columns of k^T, v^T written RB contiguous floats at a time from the k, v rows
@@ -485,13 +539,13 @@ private:
             const index_t o = (bh * t + i) * d;
             for (index_t e = 0; e < d; ++e) {
               q[o + e] = scale * to_float(row[e]);
-              k[o + e] = to_float(row[W + e]);
-              v[o + e] = to_float(row[2 * W + e]);
+              k[o + e] = kept(row[W + e]);
+              v[o + e] = kept(row[2 * W + e]);
             }
           }
           for (index_t e = 0; e < d; ++e) {
-            float* ktr = kt + (bh * d + e) * t;
-            float* vtr = vt + (bh * d + e) * t;
+            kv_type* ktr = kt + (bh * d + e) * t;
+            kv_type* vtr = vt + (bh * d + e) * t;
             for (index_t i = i0; i < i1; ++i) {
               ktr[i] = k[(bh * t + i) * d + e];
               vtr[i] = v[(bh * t + i) * d + e];
@@ -501,8 +555,10 @@ private:
     exec.fence();
   }
 
-  raw_buffer<float, M> q_{"attention.q"}, k_{"attention.k"}, kt_{"attention.kt"}, v_{"attention.v"},
-      vt_{"attention.vt"}, lse_{"attention.lse"}, do_{"attention.do"}, di_{"attention.di"};
+  raw_buffer<float, M> q_{"attention.q"}, lse_{"attention.lse"}, do_{"attention.do"},
+      di_{"attention.di"};
+  raw_buffer<kv_type, M> k_{"attention.k"}, kt_{"attention.kt"}, v_{"attention.v"},
+      vt_{"attention.vt"};
   index_t tile_ = 64;
   std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
 };
