@@ -46,7 +46,8 @@ fs::path scratch_dir(const char* tag) {
          ("tessera_plan_ckpt_" + std::string(tag) + "_" + std::to_string(pid));
 }
 
-/// Steps first_step, ... of `stage` (a stage of Layers, FashionCNN by default) on its share.
+/// Steps first_step, ... of `stage` (a stage of Layers, FashionCNN by default) on its share,
+/// through `opt`: a sharded optimizer's step(exec), or an optimizer on the stage's parameters.
 template <class Layers = Model, class Stage, class Opt>
 void train_steps(Stage& stage, Opt& opt, int first_step, int steps) {
   Kokkos::DefaultExecutionSpace exec;
@@ -58,7 +59,10 @@ void train_steps(Stage& stage, Opt& opt, int first_step, int steps) {
     Kokkos::View<int*> labels("labels", share);
     fill_batch(step, first, x, labels);
     stage.forward_backward(exec, x, labels, loss);
-    opt.step(exec, stage.parameters());
+    if constexpr (requires { opt.step(exec); })
+      opt.step(exec);
+    else
+      opt.step(exec, stage.parameters());
   }
 }
 
@@ -141,21 +145,6 @@ void check_checkpoint(const char* tag) {
   if (world.rank() == 0) fs::remove_all(dir);
 }
 
-template <class Stage, class Sharded>
-void train_sharded(Stage& stage, Sharded& opt, int first_step, int steps) {
-  Kokkos::DefaultExecutionSpace exec;
-  nn::SoftmaxCrossEntropy loss;
-  const int share = opts.global_batch / stage.mesh().shape.data;
-  const int first = stage.mesh().at.data * share;
-  for (int step = first_step; step < first_step + steps; ++step) {
-    auto x = make_input<Model>(share);
-    Kokkos::View<int*> labels("labels", share);
-    fill_batch(step, first, x, labels);
-    stage.forward_backward(exec, x, labels, loss);
-    opt.step(exec);
-  }
-}
-
 /// Plan has data<2, zero<Z>>; Other the same plan at another ZeRO stage.
 template <class Plan, class Other>
 void check_zero_checkpoint(const char* tag) {
@@ -167,11 +156,11 @@ void check_zero_checkpoint(const char* tag) {
   tp::with_plan_stage<Plan, Model, Kind, M>(mesh, opts.seed, opts.bucket_bytes, [&](auto& stage) {
     auto opt = stage.make_optimizer(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f});
     tessera::train::static_scaler scaler;
-    train_sharded(stage, opt, 0, 2);
+    train_steps(stage, opt, 0, 2);
     saved = stage.gather_parameters();
     tp::save_plan_checkpoint(dir, stage, opt, scaler,
                              {.step = 2, .epoch = 0, .data_seed = 9, .precision = "fp32"});
-    train_sharded(stage, opt, 2, 1);
+    train_steps(stage, opt, 2, 1);
     after_three = stage.gather_parameters();
   });
   CHECK(fs::exists(dir / ("rank-" + std::to_string(world.rank()) + ".zero.tsr")));
@@ -179,12 +168,12 @@ void check_zero_checkpoint(const char* tag) {
     auto opt = stage.make_optimizer(tessera::train::sgd{.lr = 0.05f, .momentum = 0.9f});
     tessera::train::static_scaler scaler;
     tessera::train::run_state run{.precision = "fp32"};
-    train_sharded(stage, opt, 0, 1); // momentum to be overwritten
+    train_steps(stage, opt, 0, 1); // momentum to be overwritten
     tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
     CHECK(run.step == 2);
     CHECK(opt.steps() == 2);
     CHECK(stage.gather_parameters() == saved);
-    train_sharded(stage, opt, 2, 1);
+    train_steps(stage, opt, 2, 1);
     CHECK(stage.gather_parameters() == after_three); // bit for bit: the momentum shard restored
   });
   // The same plan at another ZeRO stage, and the unsharded optimizer, are refused.
@@ -351,26 +340,6 @@ using Fp8Deep =
                    nn::GELU, nn::Linear<32, 32, fp8_delayed>, nn::ReLU,
                    nn::Linear<32, 10, fp8_delayed>>;
 
-/// Steps first_step, ... of `stage` (Fp8Deep under interleaved_1f1b<2>) through `opt`: a
-/// sharded optimizer's step, or SGD on the stage's parameters.
-template <class Stage, class Opt>
-void interleaved_steps(Stage& stage, Opt& opt, int first_step, int steps) {
-  Kokkos::DefaultExecutionSpace exec;
-  nn::SoftmaxCrossEntropy loss;
-  const int share = opts.global_batch / stage.mesh().shape.data;
-  const int first = stage.mesh().at.data * share;
-  for (int step = first_step; step < first_step + steps; ++step) {
-    auto x = make_input<Fp8Deep>(share);
-    Kokkos::View<int*> labels("labels", share);
-    fill_batch(step, first, x, labels);
-    stage.forward_backward(exec, x, labels, loss);
-    if constexpr (requires { opt.step(exec); })
-      opt.step(exec);
-    else
-      opt.step(exec, stage.parameters());
-  }
-}
-
 template <class Plan, class Stage>
 auto make_sgd(Stage& stage) {
   const tessera::train::sgd sgd{.lr = 0.05f, .momentum = 0.9f};
@@ -396,7 +365,7 @@ void check_interleaved_checkpoint(const char* tag) {
     static_assert(std::remove_cvref_t<decltype(stage)>::virtual_stages == 2);
     auto opt = make_sgd<Plan>(stage);
     tessera::train::static_scaler scaler;
-    interleaved_steps(stage, opt, 0, 2);
+    train_steps<Fp8Deep>(stage, opt, 0, 2);
     saved = stage.gather_parameters();
     saved_fp8 = fp8_values(stage.stage());
     Fp8Deep whole(1);
@@ -409,7 +378,7 @@ void check_interleaved_checkpoint(const char* tag) {
     }
     (std::make_integer_sequence<int, 2>{});
     tp::save_plan_checkpoint(dir, stage, opt, scaler, at_two);
-    interleaved_steps(stage, opt, 2, 1);
+    train_steps<Fp8Deep>(stage, opt, 2, 1);
     after_three = stage.gather_parameters();
     after_three_fp8 = fp8_values(stage.stage());
   });
@@ -425,13 +394,13 @@ void check_interleaved_checkpoint(const char* tag) {
     auto opt = make_sgd<Plan>(stage);
     tessera::train::static_scaler scaler;
     tessera::train::run_state run{.precision = "fp8"};
-    interleaved_steps(stage, opt, 0, 1);
+    train_steps<Fp8Deep>(stage, opt, 0, 1);
     CHECK(fp8_values(stage.stage()) != saved_fp8);
     tp::load_plan_checkpoint(dir, stage, opt, scaler, run);
     CHECK(run.step == 2);
     CHECK(stage.gather_parameters() == saved);
     CHECK(fp8_values(stage.stage()) == saved_fp8);
-    interleaved_steps(stage, opt, 2, 1);
+    train_steps<Fp8Deep>(stage, opt, 2, 1);
     CHECK(stage.gather_parameters() == after_three); // bit for bit
     CHECK(fp8_values(stage.stage()) == after_three_fp8);
   });
