@@ -48,7 +48,8 @@ cmake --build "$build" -j "${TESSERA_JOBS:-$(nproc)}" --target $targets >/dev/nu
 
 # Wait for an idle machine: every figure below is compared with one measured minutes apart.
 load1() { cut -d' ' -f1 /proc/loadavg; }
-idle_note="idle (1-minute load average $(load1) at the start)"
+# Without --no-wait the note is replaced below by what the wait found.
+idle_note="not checked for idleness (--no-wait; 1-minute load average $(load1) at the start)"
 if [ "$wait_idle" = 1 ]; then
   limit=${TESSERA_IDLE_WAIT:-900} threshold=${TESSERA_IDLE_LOAD:-0.5} waited=0
   while awk -v l="$(load1)" -v t="$threshold" 'BEGIN { exit !(l >= t) }'; do
@@ -61,7 +62,9 @@ if [ "$wait_idle" = 1 ]; then
     sleep 10
     waited=$((waited + 10))
   done
-  [ "$waited" -lt "$limit" ] && idle_note="idle (1-minute load average $(load1) at the start)"
+  if [ "$waited" -lt "$limit" ]; then
+    idle_note="idle (1-minute load average $(load1) at the start)"
+  fi
 fi
 
 tmp=$(mktemp -d)
