@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -285,5 +286,72 @@ TEMPLATE_LIST_TEST_CASE("quantize / dequantize: scale from amax and error within
     REQUIRE(std::isnan(hyn.data()[0]));
     REQUIRE(hyn.data()[1] == traits::max_finite);
     REQUIRE(hyn.data()[2] == -0.5f);
+  });
+}
+
+TEMPLATE_LIST_TEST_CASE("quantize_with_scale and amax give the scalar rule's bits for every bf16 "
+                        "code and for random fp32 bit patterns, at any length",
+                        "[tensor][quantize]", enabled_exec_spaces) {
+  // On host spaces both run vectorised in chunks; the reference here is the scalar rule
+  // payload = from_float<P, saturate>(to_float(x) * scale), amax = max of |x|'s bit pattern.
+  using exec = TestType;
+  INFO("execution space " << exec::name());
+  std::uint64_t state = 2026;
+  const auto next = [&state] {
+    state += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const auto check = [&]<class P, class S>(const std::vector<S>& src, float scale) {
+    const auto n = static_cast<index_t>(src.size());
+    INFO("n = " << n << ", scale " << scale);
+    using src_p = precision_of_t<S>;
+    Tensor<src_p, dextents<1>, layout_right, Kokkos::HostSpace> h("h", n);
+    for (index_t i = 0; i < n; ++i) h.data()[i] = src[static_cast<std::size_t>(i)];
+    vec<src_p, exec> x("x", n);
+    deep_copy(x, h);
+    vec<P, exec> q("q", n);
+    const float seen = quantize_with_scale(exec{}, x, q, scale);
+    const float whole = amax(exec{}, x);
+    std::uint32_t want = 0;
+    for (const S v : src) {
+      const std::uint32_t a = bits_of(to_float(v)) & 0x7fffffffu;
+      want = a > want ? a : want;
+    }
+    REQUIRE(bits_of(seen) == want);
+    REQUIRE(bits_of(whole) == want);
+    const auto hq = to_host(q);
+    for (index_t i = 0; i < n; ++i) {
+      const auto expected = from_float<P, saturate>(to_float(h.data()[i]) * scale);
+      INFO("element " << i << " bits " << bits_of(h.data()[i]));
+      REQUIRE(bits_of(hq.data()[i]) == bits_of(expected));
+    }
+  };
+  for_each_type(fp8_precisions, [&]<class P>() {
+    INFO(precision_traits<P>::name);
+    // Every bf16 code (NaNs, infinities, subnormals, both zeros), shifted by an odd offset so
+    // that the chunks and batches cut the codes differently; scales that keep, shrink into the
+    // subnormals and overflow into saturation.
+    std::vector<bfloat16> codes(65536 + 37);
+    for (std::size_t i = 0; i < codes.size(); ++i)
+      codes[i] = bfloat16::from_bits(static_cast<std::uint16_t>((i * 40503u + 11u) & 0xffffu));
+    for (const float scale : {1.f, 0x1p-10f, 448.f / 3.f, 1e30f, 0x1p-120f})
+      check.template operator()<P>(codes, scale);
+    // Random fp32 bit patterns (every class) at lengths around a batch, a chunk and beyond.
+    for (const std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33},
+                                std::size_t{16384 + 17}, std::size_t{100003}}) {
+      std::vector<float> f(n);
+      for (auto& v : f) {
+        const auto r = next();
+        // Half arbitrary patterns, half values near the format's range, so that rounding and
+        // saturation are exercised as often as the special classes.
+        v = (r & 1) ? std::bit_cast<float>(static_cast<std::uint32_t>(r >> 32))
+                    : static_cast<float>(static_cast<std::int32_t>(r >> 32)) * 0x1p-22f;
+      }
+      check.template operator()<P>(f, 1.f);
+      check.template operator()<P>(f, 0.37f);
+    }
   });
 }

@@ -166,6 +166,54 @@ inline std::size_t vector_convert_body(const From* src, storage_t<To>* dst,
   return n_body;
 }
 
+/// The largest magnitude of src[0, n) as a float bit pattern with the sign cleared (NaN patterns
+/// lie above +inf, so a NaN wins), the scalar `bit_cast<uint32>(to_float(x)) & 0x7fffffff` maxed
+/// over the elements. If Quantize, also dst[i] = from_float<To, saturate>(to_float(src[i]) *
+/// scale), bit for bit as the scalar path (the product is the same single float rounding).
+/// Batches of arch A; the tail scalar.
+template <class To, bool Quantize, class A, class From>
+inline std::uint32_t vector_amax_quantize(const From* src, storage_t<To>* dst, std::size_t n,
+                                          float scale) noexcept {
+  using L = simd::lanes<A>;
+  using F = xsimd::batch<float, A>;
+  constexpr std::size_t w = L::size;
+  constexpr int in_bytes = sizeof(From), out_bytes = sizeof(storage_t<To>);
+  const auto* in = reinterpret_cast<const unsigned char*>(src);
+  auto* out = reinterpret_cast<unsigned char*>(dst);
+  const L magnitude(0x7fffffff);
+  L m0(0), m1(0);
+  const F s(scale);
+  const std::size_t n_body = n - n % (2 * w);
+  for (std::size_t i = 0; i < n_body; i += 2 * w) {
+    const L u0 = vector_decode<From, A>(simd::load_widened<A, in_bytes>(in + i * in_bytes));
+    const L u1 = vector_decode<From, A>(simd::load_widened<A, in_bytes>(in + (i + w) * in_bytes));
+    // Magnitudes are below 2^31: a signed max is their unsigned max.
+    m0 = xsimd::max(m0, u0 & magnitude);
+    m1 = xsimd::max(m1, u1 & magnitude);
+    if constexpr (Quantize) {
+      const L q0 =
+          vector_encode<To, saturate, A>(xsimd::bitwise_cast<L>(xsimd::bitwise_cast<F>(u0) * s));
+      const L q1 =
+          vector_encode<To, saturate, A>(xsimd::bitwise_cast<L>(xsimd::bitwise_cast<F>(u1) * s));
+      simd::store_narrowed<A, out_bytes>(out + i * out_bytes, q0);
+      simd::store_narrowed<A, out_bytes>(out + (i + w) * out_bytes, q1);
+    }
+  }
+  // xsimd 8.1 has no horizontal max: the lanes through memory.
+  alignas(A::alignment()) std::int32_t lane_max[w];
+  xsimd::max(m0, m1).store_aligned(lane_max);
+  std::uint32_t m = 0;
+  for (const std::int32_t v : lane_max)
+    m = static_cast<std::uint32_t>(v) > m ? static_cast<std::uint32_t>(v) : m;
+  for (std::size_t i = n_body; i < n; ++i) {
+    const float v = to_float(src[i]);
+    if constexpr (Quantize) dst[i] = from_float<To, saturate>(v * scale);
+    const std::uint32_t a = bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
 /// Whether F16C converts From -> To: float -> a precision whose traits say f16c, or back.
 template <class To, class From>
 inline constexpr bool f16c_pair = (std::is_same_v<From, float> && precision_traits<To>::f16c) ||
@@ -245,6 +293,28 @@ void convert_n_impl(const From* src, storage_t<To>* dst, std::size_t n) noexcept
     i = vector_convert_body<To, Policy, xsimd::default_arch>(src, dst, n);
 #endif
   for (; i < n; ++i) dst[i] = convert<To, Policy>(src[i]);
+}
+} // namespace detail
+
+namespace detail {
+/// max over src[0, n) of the magnitude's float bit pattern (see vector_amax_quantize), and, if
+/// Quantize, dst[i] = from_float<To, saturate>(to_float(src[i]) * scale): the host kernels of
+/// tessera::amax and tessera::quantize_with_scale, vectorised where the types have a codec.
+template <class To, bool Quantize, class From>
+std::uint32_t amax_quantize_n(const From* src, storage_t<To>* dst, std::size_t n,
+                              float scale) noexcept {
+#if !TESSERA_DEVICE_PASS
+  if constexpr (simd::available && has_vector_codec<From> && has_vector_codec<storage_t<To>>)
+    return vector_amax_quantize<To, Quantize, xsimd::default_arch>(src, dst, n, scale);
+#endif
+  std::uint32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = to_float(src[i]);
+    if constexpr (Quantize) dst[i] = from_float<To, saturate>(v * scale);
+    const std::uint32_t a = bit_cast<std::uint32_t>(v) & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  return m;
 }
 } // namespace detail
 

@@ -130,6 +130,27 @@ void convert_host_chunks(const Exec& exec, const From* src, storage_t<To>* dst, 
                          convert_n<To, Policy>(src + b, dst + b, static_cast<std::size_t>(e - b));
                        });
 }
+
+/// max over src[0, n) of |to_float(x)|'s bit pattern and, if Quantize, dst[i] =
+/// from_float<To, saturate>(to_float(src[i]) * scale), on a host space: the vectorised kernel
+/// (detail::amax_quantize_n) in parallel chunks. Not fenced (the reduction's result is final).
+template <class To, bool Quantize, class Exec, class From>
+std::uint32_t amax_quantize_host_chunks(const Exec& exec, const From* src, storage_t<To>* dst,
+                                        index_t n, float scale) {
+  constexpr index_t chunk = 16384;
+  std::uint32_t result = 0;
+  Kokkos::parallel_reduce(
+      Quantize ? "tessera::quantize_with_scale" : "tessera::amax",
+      Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
+      [=](const index_t c, std::uint32_t& m) {
+        const index_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
+        const std::uint32_t a = amax_quantize_n<To, Quantize>(
+            src + b, Quantize ? dst + b : nullptr, static_cast<std::size_t>(e - b), scale);
+        m = a > m ? a : m;
+      },
+      Kokkos::Max<std::uint32_t>(result));
+  return result;
+}
 } // namespace detail
 
 /// Converts src into dst (same shape and layout, any precisions), rounding to nearest even with
@@ -206,6 +227,11 @@ template <class Exec, class P, class E, class L, class M>
 float amax(const Exec& exec, const Tensor<P, E, L, M>& t) {
   const auto* d = t.data();
   std::uint32_t result = 0;
+  if constexpr (detail::is_host_exec_v<Exec> && !TESSERA_DEVICE_PASS) {
+    // The precision argument only names a codec; nothing is written.
+    return detail::bit_cast<float>(
+        detail::amax_quantize_host_chunks<fp8_e4m3, false>(exec, d, nullptr, t.size(), 1.f));
+  }
   Kokkos::parallel_reduce(
       "tessera::amax", Kokkos::RangePolicy<Exec>(exec, 0, t.size()),
       KOKKOS_LAMBDA(const index_t i, std::uint32_t& m) {

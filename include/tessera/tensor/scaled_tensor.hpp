@@ -116,6 +116,11 @@ float quantize_with_scale(const Exec& exec, const Tensor<SrcP, E1, L, M>& x,
   const auto* in = x.data();
   auto* out = payload.data();
   std::uint32_t result = 0;
+  if constexpr (detail::is_host_exec_v<Exec> && !TESSERA_DEVICE_PASS) {
+    // The same in vectorised chunks, bit for bit.
+    return detail::bit_cast<float>(
+        detail::amax_quantize_host_chunks<P, true>(exec, in, out, x.size(), scale));
+  }
   // The magnitudes' bit patterns are reduced as unsigned integers, as amax does (NaN survives).
   Kokkos::parallel_reduce(
       "tessera::quantize_with_scale", Kokkos::RangePolicy<Exec>(exec, 0, x.size()),
