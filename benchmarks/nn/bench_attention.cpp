@@ -197,7 +197,7 @@ void add(const std::string& name, index_t t) {
 }
 
 /// The core alone (see the file comment): qkv (Bc, t, 3D) random, in precision P's storage
-/// (fp32, or bf16 as the bf16 GPT's projections hand it over), o in P, dO fp32.
+/// and dO (fp32, or bf16 as the bf16 GPT's projections hand them over), o in P.
 template <class P>
 void add_core(index_t t, const std::string& name) {
   constexpr index_t Bc = 16;
@@ -206,12 +206,13 @@ void add_core(index_t t, const std::string& name) {
   auto core = std::make_shared<core_t>();
   auto qkv = std::make_shared<std::vector<S>>(std::size_t(Bc * t * 3 * D));
   auto o = std::make_shared<std::vector<S>>(std::size_t(Bc * t * D));
-  auto g = std::make_shared<std::vector<float>>(std::size_t(Bc * t * D));
+  auto g = std::make_shared<std::vector<S>>(std::size_t(Bc * t * D));
   auto dqkv = std::make_shared<std::vector<float>>(std::size_t(Bc * t * 3 * D));
   tessera::counter_rng rng{7, 0};
   for (std::size_t i = 0; i < qkv->size(); ++i)
     (*qkv)[i] = tessera::from_float<P>(2 * rng.uniform01(i) - 1);
-  for (std::size_t i = 0; i < g->size(); ++i) (*g)[i] = 2 * rng.uniform01(qkv->size() + i) - 1;
+  for (std::size_t i = 0; i < g->size(); ++i)
+    (*g)[i] = tessera::from_float<P>(2 * rng.uniform01(qkv->size() + i) - 1);
   const Kokkos::DefaultHostExecutionSpace exec;
   const double pairs = double(Bc * H) * double(t) * double(t + 1) / 2;
   const double flops_fwd = 2 * 2 * d * pairs, flops_bwd = 5 * 2 * d * pairs;

@@ -277,6 +277,108 @@ TEST_CASE("CausalSelfAttention: bf16 compute precision within tolerance of fp32"
               to_doubles(a32.qkv().weight().grad), 0.03);
 }
 
+namespace {
+
+/// The bf16 core (nn::detail::tiled_attention_core with bf16 activations) on qkv (B, t, 3W) and
+/// dO (B, t, W) in bf16, against the core's definition in double on the same (exact) values:
+/// o = softmax(q k^T / sqrt d, causal) v per head; dq, dk, dv from dO with D_i = rowsum(dO_i o_i)
+/// over the core's own (bf16-rounded) o, as the core computes it. o is rounded to bf16 once
+/// (2^-9 relative), so it is compared to 2^-8 of its largest element; dqkv is fp32 sums of
+/// at most d + t terms per chain: 16 (d + t) u of the largest element of each block.
+template <index_t W, index_t NH>
+void core_against_double(index_t B, index_t t, index_t tile, bool dot, std::uint64_t seed) {
+  constexpr index_t d = W / NH;
+  using core_t = nn::detail::tiled_attention_core<W, NH, bf16>;
+  INFO("W " << W << ", heads " << NH << ", B " << B << ", t " << t << ", tile " << tile
+            << ", dot products " << dot << ", paired " << core_t::paired);
+  core_t core;
+  core.set_tile(tile, "test");
+  core.set_dot_products(dot);
+  const auto qkv_v = to_doubles(tensor_from<bf16>(uniform_values(std::size_t(B * t * 3 * W), seed),
+                                                  extents<dyn>(B * t * 3 * W)));
+  const auto g_v = to_doubles(
+      tensor_from<bf16>(uniform_values(std::size_t(B * t * W), seed + 1), extents<dyn>(B * t * W)));
+  const auto qkv = tensor_from<bf16>(qkv_v, extents<dyn>(B * t * 3 * W));
+  const auto g = tensor_from<bf16>(g_v, extents<dyn>(B * t * W));
+  Tensor<bf16, extents<dyn>> o("o", B * t * W);
+  Tensor<fp32, extents<dyn>> dqkv("dqkv", B * t * 3 * W);
+  core.forward(exec_space(), qkv.data(), B, t, o.data());
+  core.backward(exec_space(), g.data(), o.data(), B, t, dqkv.data());
+  const auto o_got = to_doubles(o), d_got = to_doubles(dqkv);
+
+  std::vector<double> o_ref(o_got.size()), d_ref(d_got.size(), 0.0);
+  const double scale = 1 / std::sqrt(double(d));
+  const auto at = [&](index_t b, index_t i, index_t c, index_t width) {
+    return std::size_t((b * t + i) * width + c);
+  };
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < NH; ++h) {
+      const auto q = [&](index_t i, index_t e) { return qkv_v[at(b, i, h * d + e, 3 * W)]; };
+      const auto k = [&](index_t i, index_t e) { return qkv_v[at(b, i, W + h * d + e, 3 * W)]; };
+      const auto v = [&](index_t i, index_t e) {
+        return qkv_v[at(b, i, 2 * W + h * d + e, 3 * W)];
+      };
+      for (index_t i = 0; i < t; ++i) {
+        std::vector<double> p(std::size_t(i + 1));
+        double m = -1e300, z = 0;
+        for (index_t j = 0; j <= i; ++j) {
+          double sc = 0;
+          for (index_t e = 0; e < d; ++e) sc += q(i, e) * k(j, e);
+          p[std::size_t(j)] = sc * scale;
+          m = std::max(m, p[std::size_t(j)]);
+        }
+        for (auto& x : p) z += (x = std::exp(x - m));
+        for (auto& x : p) x /= z;
+        double di = 0;
+        for (index_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (index_t j = 0; j <= i; ++j) acc += p[std::size_t(j)] * v(j, e);
+          o_ref[at(b, i, h * d + e, W)] = acc;
+          di += g_v[at(b, i, h * d + e, W)] * o_got[at(b, i, h * d + e, W)];
+        }
+        for (index_t j = 0; j <= i; ++j) {
+          double dp = 0;
+          for (index_t e = 0; e < d; ++e) dp += g_v[at(b, i, h * d + e, W)] * v(j, e);
+          const double pj = p[std::size_t(j)], ds = pj * (dp - di);
+          for (index_t e = 0; e < d; ++e) {
+            d_ref[at(b, i, h * d + e, 3 * W)] += ds * k(j, e) * scale;
+            d_ref[at(b, j, W + h * d + e, 3 * W)] += ds * q(i, e) * scale;
+            d_ref[at(b, j, 2 * W + h * d + e, 3 * W)] += pj * g_v[at(b, i, h * d + e, W)];
+          }
+        }
+      }
+    }
+  check_close("o", o_got, o_ref, 1.0 / 256);
+  // dq, dk and dv separately (their magnitudes differ).
+  for (index_t part = 0; part < 3; ++part) {
+    std::vector<double> got, want;
+    for (index_t r = 0; r < B * t; ++r)
+      for (index_t c = 0; c < W; ++c) {
+        got.push_back(d_got[std::size_t(r * 3 * W + part * W + c)]);
+        want.push_back(d_ref[std::size_t(r * 3 * W + part * W + c)]);
+      }
+    check_close(part == 0 ? "dq" : part == 1 ? "dk" : "dv", got, want, 16.0 * double(d + t) * u32);
+  }
+}
+
+} // namespace
+
+TEST_CASE("The bf16 attention core (VDPBF16PS and widening paths) against its definition in "
+          "double",
+          "[nn][attention]") {
+  for (const bool dot : {true, false})
+    for (const index_t t : {1, 7, 33, 130})
+      for (const index_t tile : {16, 64}) {
+        core_against_double<64, 2>(2, t, tile, dot, 500 + std::uint64_t(t)); // d 32, paired
+        core_against_double<16, 2>(1, t, tile, dot, 600 + std::uint64_t(t)); // d 8, paired
+        core_against_double<12, 4>(2, t, tile, dot, 700 + std::uint64_t(t)); // d 3, not paired
+      }
+  core_against_double<128, 4>(2, 128, 64, true, 800); // the GPT's head width
+  static_assert(nn::detail::tiled_attention_core<64, 2, bf16>::paired);
+  static_assert(!nn::detail::tiled_attention_core<12, 4, bf16>::paired);
+  static_assert(!nn::detail::tiled_attention_core<64, 2, fp32>::paired);
+}
+
 TEST_CASE("CausalSelfAttention: errors", "[nn][attention]") {
   nn::CausalSelfAttention<8, 2> attn(1);
   CHECK_THROWS_AS(attn.forward(exec_space(), Tensor<fp32, dextents<3>>("x", 2, 3, 7)), shape_error);

@@ -13,10 +13,11 @@
 ///   auto dx = attn.backward(exec, dy);         // writes the four parameters' grad
 ///
 /// The projections are nn::Linear members (tessera::gemm, in compute precision Prec: fp32,
-/// bf16 or fp8 hybrid, fp32 masters). The attention core computes in fp32 whatever Prec: q, k,
-/// v are widened to fp32 as they are used (k and v kept in bf16 when the activations are bf16:
-/// their exact values, half the bytes), the products accumulate in fp32, the softmax and its
-/// statistics are fp32, o is rounded once to the activation precision.
+/// bf16 or fp8 hybrid, fp32 masters). The attention core accumulates in fp32 whatever Prec: q,
+/// k, v are kept in bf16 when the activations are bf16 (their exact values, half the bytes)
+/// and multiplied as bf16 pairs by VDPBF16PS for the scores q k^T and dO v^T where the CPU has
+/// AVX512_BF16 (exact products, fp32 sums), else widened to fp32 as they are used; the softmax
+/// and its statistics are fp32, o is rounded once to the activation precision.
 ///
 /// The core is computed tile by tile with an online softmax (the FlashAttention idea, Dao et
 /// al. 2022; backward as FlashAttention-2, Dao 2023): one work item per (batch, head, tile of
@@ -29,12 +30,12 @@
 /// or after it, dK and dV of the key tile in scratch and dQ accumulated in place in dqkv (owned by
 /// the work item: no atomics, the same sums on every run); each probability tile is recomputed
 /// once. Memory besides the activations is linear in t: q, k, v (and k^T, v^T for unit-stride
-/// inner loops; q in fp32, the others in bf16 when the activations are bf16, exact since they
-/// are the QKV projection's bf16 output, else fp32), L and D per row, and the per-work-item
+/// inner loops; in bf16 when the activations are bf16, exact since they are the QKV
+/// projection's bf16 output, else fp32), dO per head, L and D per row, and the per-work-item
 /// scratch, reused across steps.
 /// The tile products are register-blocked (block_rows query rows by block_cols keys for the
-/// scores, block_rows rows by the head width for P V and dS K, two keys by the head width for
-/// P^T dO and dS^T Q), their innermost loops unit-stride and of compile-time length
+/// scores, block_rows rows by the head width for P V and dS K, two keys (four from bf16) by the
+/// head width for P^T dO and dS^T Q), their innermost loops unit-stride and of compile-time length
 /// (vectorisable), and skip the blocks the causal mask hides.
 ///
 /// decode(exec, x_new, cache) appends n new positions (x_new (B, n, D), n >= 1; generation
@@ -47,6 +48,7 @@
 /// 8 t D^2 plus the causal core's 2 t (t + 1) D); no tensor_split, so it is replicated by the
 /// tensor split (the head split is parallel/'s to write).
 
+#include <tessera/config/cpu.hpp>
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
@@ -60,6 +62,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace tessera::nn {
@@ -70,9 +73,10 @@ namespace detail {
 /// wide, head h in columns [h d, (h + 1) d) of each), o written as (B, t, W). The whole layer
 /// runs it on its H heads (W = D); parallel::HeadParallelAttention on a rank's H/T heads
 /// (W = D/T, the columns of its shard of the QKV projection): the same kernels, the same sums
-/// per head. Keeps q (fp32), k, k^T, v, v^T (kv_type: bf16 under bf16 activations, else fp32)
-/// and the per-row log-sum-exp between a forward and its backward (B t W + B NH t floats and
-/// 4 B t W kv_type); backward allocates dO and D (B t W + B NH t floats).
+/// per head. Keeps q, k, k^T, v, v^T (kv_type: bf16 under bf16 activations, else fp32) and the
+/// per-row log-sum-exp between a forward and its backward (5 B t W kv_type and B NH t floats);
+/// backward allocates dO (B t W, bf16 where it arrives in bf16 and the core is paired, else
+/// fp32) and D (B NH t floats).
 template <index_t W, index_t NH, class Act, class M = default_memory_space>
 class tiled_attention_core {
   static_assert(W >= 1 && NH >= 1 && W % NH == 0,
@@ -91,14 +95,31 @@ public:
   }
   /// Bytes of the last forward and backward's core memory (see CausalSelfAttention::scratch_bytes).
   std::size_t scratch_bytes() const noexcept { return scratch_bytes_; }
-  /// The element type forward keeps k, k^T, v and v^T in: bf16 where the activations are bf16
-  /// (the QKV projection's output, so exact; half the bytes written and read), else fp32. q is
-  /// fp32 (pre-scaled by 1/sqrt d) and every product accumulates in fp32 either way.
+  /// The element type forward keeps q, k, k^T, v and v^T in: bf16 where the activations are
+  /// bf16 (the QKV projection's output, so exact; half the bytes written and read), else fp32.
+  /// Every product accumulates in fp32 either way; the scores are scaled by 1/sqrt d as they
+  /// are stored.
   using kv_type = std::conditional_t<std::is_same_v<storage_t<Act>, bfloat16>, bfloat16, float>;
+  /// Whether k^T and v^T are kept as pairs of adjacent head columns, (d/2, t) pairs per head
+  /// (pair (e/2, j) = {k[j][e], k[j][e + 1]}, 32 bits): bf16 and an even head width. That is
+  /// the operand layout of AVX512_BF16's VDPBF16PS, which then computes the scores q k^T and
+  /// dO v^T from bf16 q and dO rows two head columns per instruction (half the instructions of
+  /// widening each element to fp32); without it the pairs are widened two lanes at a time.
+  static constexpr bool paired = std::is_same_v<kv_type, bfloat16> && head_dim % 2 == 0;
   /// The bytes forward keeps for backward: q, k, k^T, v, v^T and the log-sum-exp per row.
   static constexpr std::size_t saved_bytes(index_t B, index_t t) {
-    return std::size_t(B * t * W + B * NH * t) * sizeof(float) +
-           std::size_t(4 * B * t * W) * sizeof(kv_type);
+    return std::size_t(B * NH * t) * sizeof(float) + std::size_t(5 * B * t * W) * sizeof(kv_type);
+  }
+  /// Whether the scores use VDPBF16PS where it can (paired, the translation unit compiled for
+  /// AVX512_BF16 and the CPU reporting it): true by default; tests set false to check the
+  /// widening path on the same machine.
+  void set_dot_products(bool on) noexcept { dot_products_ = on; }
+  bool dot_products() const noexcept {
+#if !TESSERA_DEVICE_PASS && defined(__AVX512BF16__) && defined(__AVX512BW__)
+    return paired && dot_products_ && cpu::has_avx512bf16();
+#else
+    return false;
+#endif
   }
 
   /// out (B, t, W) = the heads' causal attention of qkv (B, t, 3W); keeps what backward needs.
@@ -107,9 +128,10 @@ public:
     pack(exec, qkv, B, t);
     const index_t tile = tile_, tiles = (t + tile - 1) / tile;
     float* lse = lse_.get(B * NH * t);
-    const float* q = q_.data();
-    const kv_type *kt = kt_.data(), *v = v_.data();
+    const kv_type *q = q_.data(), *kt = kt_.data(), *v = v_.data();
     constexpr index_t d = head_dim;
+    const float scale = 1.f / std::sqrt(float(d));
+    const bool dot = dot_products();
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
     using scratch_view = scratch_view_t<Exec>;
@@ -125,11 +147,11 @@ public:
           const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
           const index_t b = bh / NH, h = bh % NH;
           const scratch_view sv(team.team_scratch(level), floats);
-          float* s = sv.data();             // scores, then probabilities (tile x tile)
-          float* acc = s + tile * tile;     // unnormalised output (tile x d)
-          float* m = acc + tile * d;        // running maximum per row
-          float* l = m + tile;              // running sum per row
-          const float* qh = q + bh * t * d; // (t, d), pre-scaled by 1/sqrt(d)
+          float* s = sv.data();               // scores, then probabilities (tile x tile)
+          float* acc = s + tile * tile;       // unnormalised output (tile x d)
+          float* m = acc + tile * d;          // running maximum per row
+          float* l = m + tile;                // running sum per row
+          const kv_type* qh = q + bh * t * d; // (t, d)
           const kv_type* kth = kt + bh * d * t;
           const kv_type* vh = v + bh * t * d;
           for (index_t r = 0; r < nq; ++r) {
@@ -139,7 +161,7 @@ public:
           }
           for (index_t j0 = 0; j0 < i1; j0 += tile) {
             const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
-            scores(s, qh, kth + j0, i0, j0, nq, nk, tile, t);
+            scores(s, qh, kth + j0 * kstep, i0, j0, nq, nk, tile, t, scale, dot);
             for (index_t r = 0; r < nq; ++r) {
               // j0 <= i0 (both multiples of the tile): every row sees at least key j0.
               const index_t valid = causal_keys(i0 + r, j0, nk);
@@ -174,28 +196,40 @@ public:
   template <class Exec, class G, class O>
   void backward(const Exec& exec, const G* g, const O* o, index_t B, index_t t, float* dst) {
     constexpr index_t d = head_dim;
-    // dO per head in fp32 (B, NH, t, d) and D_i = rowsum(dO_i * o_i).
+    // dO per head (B, NH, t, d), bf16 when it arrives in bf16 and the core is paired (exact;
+    // the scores' operand layout), else fp32; and D_i = rowsum(dO_i * o_i) in fp32, summed in
+    // 16 interleaved partial sums (vectorised; any order satisfies the same error bound).
+    using do_type = std::conditional_t<paired && std::is_same_v<G, bfloat16>, bfloat16, float>;
+    do_type* dop_w;
+    if constexpr (std::is_same_v<do_type, float>)
+      dop_w = do_.get(B * t * W);
+    else
+      dop_w = do16_.get(B * t * W);
     {
-      float* dop = do_.get(B * t * W);
+      do_type* dop = dop_w;
       float* di = di_.get(B * NH * t);
       Kokkos::parallel_for(
           "tessera::nn::CausalSelfAttention::backward[dO]",
           Kokkos::RangePolicy<Exec>(exec, 0, B * NH * t), KOKKOS_LAMBDA(const index_t k) {
             const index_t bh = k / t, i = k % t, b = bh / NH, h = bh % NH;
-            float s = 0.f;
+            const G* gr = g + (b * t + i) * W + h * d;
+            const O* orow = o + (b * t + i) * W + h * d;
+            do_type* dr = dop + k * d;
             for (index_t c = 0; c < d; ++c) {
-              const float gv = to_float(g[(b * t + i) * W + h * d + c]);
-              dop[k * d + c] = gv;
-              s += gv * to_float(o[(b * t + i) * W + h * d + c]);
+              if constexpr (std::is_same_v<do_type, G>)
+                dr[c] = gr[c];
+              else
+                dr[c] = to_float(gr[c]);
             }
-            di[k] = s;
+            di[k] = lane_sum<d>([&](index_t c) { return to_float(gr[c]) * to_float(orow[c]); });
           });
     }
     const index_t tile = tile_;
-    const float* q = q_.data();
-    const kv_type *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
-    const float *lse = lse_.data(), *dop = do_.data(), *di = di_.data();
+    const kv_type *q = q_.data(), *k = k_.data(), *kt = kt_.data(), *vt = vt_.data();
+    const float *lse = lse_.data(), *di = di_.data();
+    const do_type* dop = dop_w;
     const float scale = 1.f / std::sqrt(float(d));
+    const bool dot = dot_products();
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
     using scratch_view = scratch_view_t<Exec>;
@@ -217,11 +251,11 @@ public:
           float* dp = s + tile * tile;
           float* dk = dp + tile * tile;
           float* dv = dk + tile * d;
-          const float* qh = q + bh * t * d;
+          const kv_type* qh = q + bh * t * d;
           const kv_type* kh = k + bh * t * d;
           const kv_type* kth = kt + bh * d * t;
           const kv_type* vth = vt + bh * d * t;
-          const float* doh = dop + bh * t * d;
+          const do_type* doh = dop + bh * t * d;
           float* dqh = dst + b * t * 3 * W + h * d; // row i at dqh + i * 3D
           for (index_t i = 0; i < t; ++i)
             for (index_t e = 0; e < d; ++e) dqh[i * 3 * W + e] = 0.f;
@@ -231,15 +265,15 @@ public:
             for (index_t i0 = j0; i0 < t; i0 += tile) {
               const index_t i1 = i0 + tile < t ? i0 + tile : t, nq = i1 - i0;
               probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
-                                tile, t);
+                                tile, t, scale, dot);
               accumulate_t(dv, dk, s, dp, doh + i0 * d, qh + i0 * d, i0, j0, nq, nk, tile);
               accumulate(dqh + i0 * 3 * W, 3 * W, dp, kh + j0 * d, i0, j0, nq, nk, tile);
             }
-            // q was pre-scaled: dK = dS^T (q / sqrt d) already.
+            // dK = dS^T q / sqrt d.
             for (index_t c = 0; c < nk; ++c)
               for (index_t e = 0; e < d; ++e) {
                 float* row = dst + (b * t + j0 + c) * 3 * W + h * d + e;
-                row[W] = dk[c * d + e];
+                row[W] = dk[c * d + e] * scale;
                 row[2 * W] = dv[c * d + e];
               }
           }
@@ -248,19 +282,20 @@ public:
         });
     exec.fence();
     scratch_bytes_ =
-        saved_bytes(B, t) + std::size_t(B * t * W + B * NH * t) * sizeof(float) +
+        saved_bytes(B, t) + std::size_t(B * t * W) * sizeof(do_type) +
+        std::size_t(B * NH * t) * sizeof(float) +
         std::max(fwd_scratch_, std::size_t(exec.concurrency()) * floats * sizeof(float));
   }
 
   /// Adds what forward kept for backward to l.
   void count(activation_ledger& l) const {
-    for (const auto* b : {&q_, &lse_}) b->count(l);
-    for (const auto* b : {&k_, &kt_, &v_, &vt_}) b->count(l);
+    lse_.count(l);
+    for (const auto* b : {&q_, &k_, &kt_, &v_, &vt_}) b->count(l);
   }
   /// Frees it.
   void release() noexcept {
-    for (auto* b : {&q_, &lse_}) b->release();
-    for (auto* b : {&k_, &kt_, &v_, &vt_}) b->release();
+    lse_.release();
+    for (auto* b : {&q_, &k_, &kt_, &v_, &vt_}) b->release();
   }
 
 private:
@@ -269,7 +304,9 @@ private:
                                       Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
   /// Level 0 (fast, small on GPUs) when the scratch fits in 32 KiB, else level 1.
-  static int scratch_level(std::size_t floats) { return floats * sizeof(float) <= 32768 ? 0 : 1; }
+  static int scratch_level(std::size_t floats) {
+    return floats * sizeof(float) <= 32768 ? 0 : 1;
+  }
 
   /// The number of keys j0 .. j0 + nk - 1 that row i may see (j <= i), possibly <= 0.
   KOKKOS_INLINE_FUNCTION static index_t causal_keys(index_t i, index_t j0, index_t nk) {
@@ -291,8 +328,12 @@ private:
           to_float(x));
   }
   /// A saved k/v element as fp32.
-  KOKKOS_INLINE_FUNCTION static float widen(float x) { return x; }
-  KOKKOS_INLINE_FUNCTION static float widen(bfloat16 x) { return x.to_float(); }
+  KOKKOS_INLINE_FUNCTION static float widen(float x) {
+    return x;
+  }
+  KOKKOS_INLINE_FUNCTION static float widen(bfloat16 x) {
+    return x.to_float();
+  }
 
 #if !TESSERA_DEVICE_PASS
   /// V::size saved k/v elements from p (unaligned) as fp32 lanes: bf16 is the top half of an
@@ -315,15 +356,108 @@ private:
     return causal_keys(i0 + r0 + nr - 1, j0, nk);
   }
 
-  /// Scores of NR rows: s (NR rows, stride ld), columns [0, nc) = a (NR x d, rows of d) times bt
-  /// (d x nc, row stride t). Full blocks of block_cols columns accumulate in registers.
-  template <index_t NR, class T>
-  KOKKOS_INLINE_FUNCTION static void score_rows(float* s, const float* a, const T* bt, index_t nc,
-                                                index_t ld, index_t t) {
+  /// Elements between key j and key j + 1 in a row of k^T / v^T: 2 when paired, else 1.
+  static constexpr index_t kstep = paired ? 2 : 1;
+  /// Where element (e, j) of a head's k^T / v^T is, relative to column 0 of its key tile, rows
+  /// of t keys (pairs of rows when paired).
+  KOKKOS_INLINE_FUNCTION static index_t kt_at(index_t e, index_t j, index_t t) {
+    if constexpr (paired)
+      return (e / 2) * 2 * t + 2 * j + e % 2;
+    else
+      return e * t + j;
+  }
+
+#if !TESSERA_DEVICE_PASS
+  /// Paired scores on the host, columns c0.. in whole SIMD batches: VDPBF16PS where `dot` (bf16
+  /// rows a, AVX512_BF16), else each pair widened to two fp32 lanes (x << 16 and x & 0xffff0000:
+  /// bf16 is the top half of an fp32) and two FMAs. Returns the first column not done.
+  template <index_t NR, class A>
+  static index_t score_rows_paired(float* s, const A* a, const kv_type* bt, index_t nc, index_t ld,
+                                   index_t t, float scale, bool dot) {
+    constexpr index_t d2 = head_dim / 2;
+    index_t c0 = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+    if constexpr (std::is_same_v<A, bfloat16>) {
+      if (dot) {
+        const __m512 sc = _mm512_set1_ps(scale);
+        // Two vectors of 16 keys by NR rows: 2 NR accumulators; per pair of head columns two
+        // loads of k^T pairs, NR broadcasts of a row's pair, 2 NR VDPBF16PS.
+        for (; c0 + 32 <= nc; c0 += 32) {
+          __m512 acc0[NR], acc1[NR];
+          for (index_t r = 0; r < NR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+          for (index_t e2 = 0; e2 < d2; ++e2) {
+            const kv_type* br = bt + e2 * 2 * t + 2 * c0;
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(br);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(br + 32);
+            for (index_t r = 0; r < NR; ++r) {
+              std::int32_t pair;
+              std::memcpy(&pair, a + r * head_dim + 2 * e2, sizeof pair);
+              const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+              acc0[r] = _mm512_dpbf16_ps(acc0[r], av, b0);
+              acc1[r] = _mm512_dpbf16_ps(acc1[r], av, b1);
+            }
+          }
+          for (index_t r = 0; r < NR; ++r) {
+            _mm512_storeu_ps(s + r * ld + c0, _mm512_mul_ps(acc0[r], sc));
+            _mm512_storeu_ps(s + r * ld + c0 + 16, _mm512_mul_ps(acc1[r], sc));
+          }
+        }
+        for (; c0 + 16 <= nc; c0 += 16) {
+          __m512 acc[NR];
+          for (index_t r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+          for (index_t e2 = 0; e2 < d2; ++e2) {
+            const __m512bh b = (__m512bh)_mm512_loadu_si512(bt + e2 * 2 * t + 2 * c0);
+            for (index_t r = 0; r < NR; ++r) {
+              std::int32_t pair;
+              std::memcpy(&pair, a + r * head_dim + 2 * e2, sizeof pair);
+              acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32(pair), b);
+            }
+          }
+          for (index_t r = 0; r < NR; ++r)
+            _mm512_storeu_ps(s + r * ld + c0, _mm512_mul_ps(acc[r], sc));
+        }
+        return c0;
+      }
+    }
+#else
+    (void)dot;
+#endif
+    if constexpr (tessera::detail::simd::available) {
+      using V = xsimd::batch<float, xsimd::default_arch>;
+      using L = xsimd::batch<std::int32_t, xsimd::default_arch>;
+      constexpr index_t w = index_t(V::size);
+      const L high(static_cast<std::int32_t>(0xffff0000u));
+      for (; c0 + w <= nc; c0 += w) {
+        V acc[NR];
+        for (index_t r = 0; r < NR; ++r) acc[r] = V(0.f);
+        for (index_t e2 = 0; e2 < d2; ++e2) {
+          const L x =
+              L::load_unaligned(reinterpret_cast<const std::int32_t*>(bt + e2 * 2 * t + 2 * c0));
+          const V lo = xsimd::bitwise_cast<V>(x << 16), hi = xsimd::bitwise_cast<V>(x & high);
+          for (index_t r = 0; r < NR; ++r) {
+            acc[r] = xsimd::fma(V(to_float(a[r * head_dim + 2 * e2])), lo, acc[r]);
+            acc[r] = xsimd::fma(V(to_float(a[r * head_dim + 2 * e2 + 1])), hi, acc[r]);
+          }
+        }
+        for (index_t r = 0; r < NR; ++r) (acc[r] * V(scale)).store_unaligned(s + r * ld + c0);
+      }
+    }
+    return c0;
+  }
+#endif
+
+  /// Scores of NR rows: s (NR rows, stride ld), columns [0, nc) = scale times a (NR x d, rows of
+  /// d) times bt (d x nc: k^T or v^T from the key tile's column 0, see kt_at). Full blocks of
+  /// columns accumulate in registers.
+  template <index_t NR, class A, class T>
+  KOKKOS_INLINE_FUNCTION static void score_rows(float* s, const A* a, const T* bt, index_t nc,
+                                                index_t ld, index_t t, float scale, bool dot) {
     constexpr index_t CB = block_cols;
     index_t c0 = 0;
 #if !TESSERA_DEVICE_PASS
-    if constexpr (tessera::detail::simd::available) {
+    if constexpr (paired) {
+      c0 = score_rows_paired<NR>(s, a, bt, nc, ld, t, scale, dot);
+    } else if constexpr (tessera::detail::simd::available) {
       // Host: NR rows by two SIMD batches of columns (32 on AVX-512, 16 on AVX2): 2 NR
       // accumulators, independent FMA chains enough to hide the FMA latency on two pipes,
       // each loaded k^T batch reused NR times. Then one batch at a time.
@@ -335,14 +469,14 @@ private:
         for (index_t e = 0; e < head_dim; ++e) {
           const V b0 = load_widened<V>(bt + e * t + c0), b1 = load_widened<V>(bt + e * t + c0 + w);
           for (index_t r = 0; r < NR; ++r) {
-            const V av(a[r * head_dim + e]);
+            const V av(to_float(a[r * head_dim + e]));
             acc0[r] = xsimd::fma(av, b0, acc0[r]);
             acc1[r] = xsimd::fma(av, b1, acc1[r]);
           }
         }
         for (index_t r = 0; r < NR; ++r) {
-          acc0[r].store_unaligned(s + r * ld + c0);
-          acc1[r].store_unaligned(s + r * ld + c0 + w);
+          (acc0[r] * V(scale)).store_unaligned(s + r * ld + c0);
+          (acc1[r] * V(scale)).store_unaligned(s + r * ld + c0 + w);
         }
       }
       for (; c0 + w <= nc; c0 += w) {
@@ -350,31 +484,34 @@ private:
         for (index_t r = 0; r < NR; ++r) acc[r] = V(0.f);
         for (index_t e = 0; e < head_dim; ++e) {
           const V b = load_widened<V>(bt + e * t + c0);
-          for (index_t r = 0; r < NR; ++r) acc[r] = xsimd::fma(V(a[r * head_dim + e]), b, acc[r]);
+          for (index_t r = 0; r < NR; ++r)
+            acc[r] = xsimd::fma(V(to_float(a[r * head_dim + e])), b, acc[r]);
         }
-        for (index_t r = 0; r < NR; ++r) acc[r].store_unaligned(s + r * ld + c0);
+        for (index_t r = 0; r < NR; ++r) (acc[r] * V(scale)).store_unaligned(s + r * ld + c0);
       }
     }
+#else
+    (void)dot;
 #endif
     for (; c0 + CB <= nc; c0 += CB) {
       float acc[NR][CB];
       for (index_t r = 0; r < NR; ++r)
         for (index_t c = 0; c < CB; ++c) acc[r][c] = 0.f;
       for (index_t e = 0; e < head_dim; ++e) {
-        const T* br = bt + e * t + c0;
         for (index_t r = 0; r < NR; ++r) {
-          const float av = a[r * head_dim + e];
-          for (index_t c = 0; c < CB; ++c) acc[r][c] += av * widen(br[c]);
+          const float av = to_float(a[r * head_dim + e]);
+          for (index_t c = 0; c < CB; ++c) acc[r][c] += av * widen(bt[kt_at(e, c0 + c, t)]);
         }
       }
       for (index_t r = 0; r < NR; ++r)
-        for (index_t c = 0; c < CB; ++c) s[r * ld + c0 + c] = acc[r][c];
+        for (index_t c = 0; c < CB; ++c) s[r * ld + c0 + c] = acc[r][c] * scale;
     }
     for (; c0 < nc; ++c0)
       for (index_t r = 0; r < NR; ++r) {
         float sum = 0.f;
-        for (index_t e = 0; e < head_dim; ++e) sum += a[r * head_dim + e] * widen(bt[e * t + c0]);
-        s[r * ld + c0] = sum;
+        for (index_t e = 0; e < head_dim; ++e)
+          sum += to_float(a[r * head_dim + e]) * widen(bt[kt_at(e, c0, t)]);
+        s[r * ld + c0] = sum * scale;
       }
   }
 
@@ -382,12 +519,12 @@ private:
   /// row stride t, key tile at j0), for the keys each row block may see (the causal mask)
   /// rounded up to block_cols; the columns past that are left unset, those between a row's
   /// last key and it hold scores of keys the row must not see (the callers mask them).
-  template <class T>
-  KOKKOS_INLINE_FUNCTION static void scores(float* s, const float* a, const T* bt, index_t i0,
+  template <class A, class T>
+  KOKKOS_INLINE_FUNCTION static void scores(float* s, const A* a, const T* bt, index_t i0,
                                             index_t j0, index_t nq, index_t nk, index_t ld,
-                                            index_t t) {
+                                            index_t t, float scale, bool dot) {
     constexpr index_t R = block_rows;
-    const float* ai = a + i0 * head_dim;
+    const A* ai = a + i0 * head_dim;
     // A block's key count rounded up to block_cols (within the tile): whole vector blocks, no
     // scalar tail on the diagonal; the extra columns are masked by the callers.
     const auto keys = [&](index_t r, index_t nr) {
@@ -397,8 +534,9 @@ private:
     };
     index_t r0 = 0;
     for (; r0 + R <= nq; r0 += R)
-      score_rows<R>(s + r0 * ld, ai + r0 * head_dim, bt, keys(r0, R), ld, t);
-    for (; r0 < nq; ++r0) score_rows<1>(s + r0 * ld, ai + r0 * head_dim, bt, keys(r0, 1), ld, t);
+      score_rows<R>(s + r0 * ld, ai + r0 * head_dim, bt, keys(r0, R), ld, t, scale, dot);
+    for (; r0 < nq; ++r0)
+      score_rows<1>(s + r0 * ld, ai + r0 * head_dim, bt, keys(r0, 1), ld, t, scale, dot);
   }
 
   /// NR rows of out (stride ostride, d wide) += p (NR rows, stride ld, nc columns) times rows
@@ -449,10 +587,10 @@ private:
 
   /// NC keys (columns c0 .. of the tile) of dv += P^T g and dk += dS^T a over query rows
   /// [r0, nq) (P, dS zero where masked), accumulated in registers.
-  template <index_t NC>
+  template <index_t NC, class G, class A>
   KOKKOS_INLINE_FUNCTION static void
-  accumulate_t_cols(float* dv, float* dk, const float* s, const float* dp, const float* g,
-                    const float* a, index_t c0, index_t r0, index_t nq, index_t ld) {
+  accumulate_t_cols(float* dv, float* dk, const float* s, const float* dp, const G* g, const A* a,
+                    index_t c0, index_t r0, index_t nq, index_t ld) {
     constexpr index_t d = head_dim;
     float av[NC][d], ak[NC][d];
     for (index_t c = 0; c < NC; ++c)
@@ -461,8 +599,18 @@ private:
         ak[c][e] = dk[(c0 + c) * d + e];
       }
     for (index_t r = r0; r < nq; ++r) {
-      const float* gr = g + r * d;
-      const float* ar = a + r * d;
+      // bf16 rows widened once, then used by the NC keys.
+      float gw[d], aw[d];
+      const float* gr = gw;
+      const float* ar = aw;
+      if constexpr (std::is_same_v<G, float>)
+        gr = g + r * d;
+      else
+        for (index_t e = 0; e < d; ++e) gw[e] = widen(g[r * d + e]);
+      if constexpr (std::is_same_v<A, float>)
+        ar = a + r * d;
+      else
+        for (index_t e = 0; e < d; ++e) aw[e] = widen(a[r * d + e]);
       for (index_t c = 0; c < NC; ++c) {
         const float pv = s[r * ld + c0 + c], dsv = dp[r * ld + c0 + c];
         for (index_t e = 0; e < d; ++e) {
@@ -480,11 +628,13 @@ private:
 
   /// dv (nk x d) += P^T g and dk (nk x d) += dS^T a, g and a the query tile's dO and q rows
   /// (nq x d); key c is seen by query rows i >= j0 + c only.
-  KOKKOS_INLINE_FUNCTION static void accumulate_t(float* dv, float* dk, const float* s,
-                                                  const float* dp, const float* g, const float* a,
-                                                  index_t i0, index_t j0, index_t nq, index_t nk,
-                                                  index_t ld) {
-    constexpr index_t C = 2;
+  template <class G, class A>
+  KOKKOS_INLINE_FUNCTION static void
+  accumulate_t(float* dv, float* dk, const float* s, const float* dp, const G* g, const A* a,
+               index_t i0, index_t j0, index_t nq, index_t nk, index_t ld) {
+    // Keys per register block: 4 where the rows are widened from bf16 (the widening then
+    // serves four keys), else 2.
+    constexpr index_t C = std::is_same_v<G, float> && std::is_same_v<A, float> ? 2 : 4;
     // The first query row that sees key c0 (the rows before it have P = dS = 0 there).
     const index_t off = j0 - i0;
     index_t c0 = 0;
@@ -497,13 +647,13 @@ private:
   /// The backward tile of queries i0 .. i0 + nq - 1 and keys j0 .. j0 + nk - 1 of one head:
   /// recomputes the scores and dP = dO V^T, then overwrites s with P = exp(s - L) and dp with
   /// dS = P (dP - D) (lse_h and di_h: the head's L and D per row), both zero where masked.
-  template <class T>
+  template <class T, class G>
   KOKKOS_INLINE_FUNCTION static void
-  probs_and_dscores(float* s, float* dp, const float* qh, const T* kth, const float* doh,
-                    const T* vth, const float* lse_h, const float* di_h, index_t i0, index_t j0,
-                    index_t nq, index_t nk, index_t ld, index_t t) {
-    scores(s, qh, kth + j0, i0, j0, nq, nk, ld, t);
-    scores(dp, doh, vth + j0, i0, j0, nq, nk, ld, t);
+  probs_and_dscores(float* s, float* dp, const T* qh, const T* kth, const G* doh, const T* vth,
+                    const float* lse_h, const float* di_h, index_t i0, index_t j0, index_t nq,
+                    index_t nk, index_t ld, index_t t, float scale, bool dot) {
+    scores(s, qh, kth + j0 * kstep, i0, j0, nq, nk, ld, t, scale, dot);
+    scores(dp, doh, vth + j0 * kstep, i0, j0, nq, nk, ld, t, 1.f, dot);
     for (index_t r = 0; r < nq; ++r) {
       const index_t valid = causal_keys(i0 + r, j0, nk);
       const float L = lse_h[i0 + r], Di = di_h[i0 + r];
@@ -515,15 +665,13 @@ private:
     }
   }
 
-  /// qkv (B, t, 3W) -> q (pre-scaled by 1/sqrt d, fp32), k, v (B, NH, t, d) and k^T, v^T
-  /// (B, NH, d, t) in kv_type.
+  /// qkv (B, t, 3W) -> q, k, v (B, NH, t, d) and k^T, v^T (B, NH, d, t; as pairs when paired,
+  /// see kt_at) in kv_type.
   template <class Exec, class S>
   void pack(const Exec& exec, const S* in, index_t B, index_t t) {
     constexpr index_t d = head_dim;
     const index_t n = B * t * W;
-    float* q = q_.get(n);
-    kv_type *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
-    const float scale = 1.f / std::sqrt(float(d));
+    kv_type *q = q_.get(n), *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
     // One work item per (batch, head, block of RB rows): the rows' q, k, v copied, then the
     // block's columns of k^T, v^T written RB contiguous floats at a time from the k, v rows
     // just written (still in cache); a row at a time would write k^T with a stride of t floats.
@@ -538,28 +686,28 @@ private:
             const auto* row = in + (b * t + i) * 3 * W + h * d;
             const index_t o = (bh * t + i) * d;
             for (index_t e = 0; e < d; ++e) {
-              q[o + e] = scale * to_float(row[e]);
+              q[o + e] = kept(row[e]);
               k[o + e] = kept(row[W + e]);
               v[o + e] = kept(row[2 * W + e]);
             }
           }
           for (index_t e = 0; e < d; ++e) {
-            kv_type* ktr = kt + (bh * d + e) * t;
-            kv_type* vtr = vt + (bh * d + e) * t;
+            kv_type* ktr = kt + bh * d * t + kt_at(e, 0, t);
+            kv_type* vtr = vt + bh * d * t + kt_at(e, 0, t);
             for (index_t i = i0; i < i1; ++i) {
-              ktr[i] = k[(bh * t + i) * d + e];
-              vtr[i] = v[(bh * t + i) * d + e];
+              ktr[i * kstep] = k[(bh * t + i) * d + e];
+              vtr[i * kstep] = v[(bh * t + i) * d + e];
             }
           }
         });
     exec.fence();
   }
 
-  raw_buffer<float, M> q_{"attention.q"}, lse_{"attention.lse"}, do_{"attention.do"},
-      di_{"attention.di"};
-  raw_buffer<kv_type, M> k_{"attention.k"}, kt_{"attention.kt"}, v_{"attention.v"},
-      vt_{"attention.vt"};
+  raw_buffer<float, M> lse_{"attention.lse"}, do_{"attention.do"}, di_{"attention.di"};
+  raw_buffer<kv_type, M> q_{"attention.q"}, k_{"attention.k"}, kt_{"attention.kt"},
+      v_{"attention.v"}, vt_{"attention.vt"}, do16_{"attention.do"};
   index_t tile_ = 64;
+  bool dot_products_ = true;
   std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
 };
 
@@ -650,10 +798,11 @@ public:
   index_t tile() const noexcept { return core_.tile(); }
   /// Sets the tile (1 to 256 rows); value_error otherwise.
   void set_tile(index_t rows) { core_.set_tile(rows, "tessera::nn::CausalSelfAttention"); }
-  /// Bytes of the core's memory allocated by the last forward and backward: the fp32 copies of
-  /// q, k, k^T, v, v^T, the per-row statistics, dO and D (not the projections' buffers nor the
-  /// activations o and dqkv, which any implementation has), plus the work items' scratch
-  /// (tile x (tile + d) floats forward, 2 tile (tile + d) backward) times the concurrency.
+  /// Bytes of the core's memory allocated by the last forward and backward: the copies of q, k,
+  /// k^T, v, v^T (fp32, or bf16 under bf16 activations), the per-row statistics, dO and D (not the
+  /// projections' buffers nor the activations o and dqkv, which any implementation has), plus the
+  /// work items' scratch (tile x (tile + d) floats forward, 2 tile (tile + d) backward) times the
+  /// concurrency.
   std::size_t scratch_bytes() const noexcept { return core_.scratch_bytes(); }
 
   /// y = attention(x); x (B, t, D) in any precision, y in activation_precision.
