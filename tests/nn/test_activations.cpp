@@ -287,6 +287,56 @@ TEST_CASE("nn::SoftmaxCrossEntropy: loss and gradient against a double reference
   }
 }
 
+TEST_CASE("nn::SoftmaxCrossEntropy: wide rows (across the host path's 256-logit chunks), fp32 "
+          "and bf16 logits, against the softmax in double",
+          "[nn][loss]") {
+  std::mt19937_64 g(25);
+  for (const index_t C : {255, 256, 257, 700, 1031}) {
+    const index_t B = 3 + index_t(g() % 5);
+    INFO("B " << B << ", C " << C);
+    const auto l = uniform_values(static_cast<std::size_t>(B * C), g(), -6, 6);
+    std::vector<int> y(static_cast<std::size_t>(B));
+    // Labels in the first, a middle and the last chunk.
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? static_cast<int>(C / 2) : static_cast<int>(C - 1);
+    const auto check = [&]<class P>() {
+      INFO(precision_traits<P>::name);
+      const auto logits = tensor_from<P>(l, dextents<2>(B, C));
+      const auto lv = to_doubles(logits); // the values as P holds them
+      nn::SoftmaxCrossEntropy ce;
+      const auto [loss, d] = ce.forward_backward(exec_space(), logits, labels_view(y), 8.f);
+      const double want = reference_ce(lv, y, C);
+      const double row_bound = double(C + 4) * u32 * (12 + std::log(double(C)) + 1);
+      CHECK(std::abs(loss - want) <= row_bound + u32 * std::abs(want));
+      // dlogits = (softmax - onehot) 8 / B, each element within C u of the softmax (fp32) and
+      // then rounded once to P.
+      const auto dh = to_doubles(d);
+      const double u_out = std::is_same_v<P, bf16> ? 1.0 / 256 : u32; // unit roundoff
+      int misses = 0;
+      for (index_t i = 0; i < B; ++i) {
+        const auto row = lv.begin() + i * C;
+        const double m = *std::max_element(row, row + C);
+        double z = 0;
+        for (index_t j = 0; j < C; ++j) z += std::exp(row[j] - m);
+        for (index_t j = 0; j < C; ++j) {
+          const double p = std::exp(row[j] - m) / z;
+          const double want_d = (p - (j == y[std::size_t(i)] ? 1 : 0)) * 8.0 / double(B);
+          const double got = dh[std::size_t(i * C + j)];
+          // p has C exps summed in fp32 behind it ((C + 8) u relative), then the product by
+          // 8 / B and the rounding to P (u_out relative).
+          const double tol = 8.0 / double(B) * (double(C + 8) * u32 * p + 1e-30) +
+                             std::abs(want_d) * (u_out + u32);
+          if (!(std::abs(got - want_d) <= tol) && misses++ < 5)
+            FAIL_CHECK("dlogits[" << i << ", " << j << "] " << got << " vs " << want_d);
+        }
+      }
+      CHECK(misses == 0);
+    };
+    check.template operator()<fp32>();
+    check.template operator()<bf16>();
+  }
+}
+
 TEST_CASE("nn::SoftmaxCrossEntropy: stable for huge logits, bf16 logits, bad labels",
           "[nn][loss]") {
   nn::SoftmaxCrossEntropy ce;

@@ -675,7 +675,8 @@ private:
     // One work item per (batch, head, block of RB rows): the rows' q, k, v copied, then the
     // block's columns of k^T, v^T written RB contiguous floats at a time from the k, v rows
     // just written (still in cache); a row at a time would write k^T with a stride of t floats.
-    constexpr index_t RB = 16;
+    constexpr index_t RB = 16; // at most 16: the rows of one transpose_words
+    static_assert(RB <= 16);
     const index_t blocks = (t + RB - 1) / RB;
     Kokkos::parallel_for(
         "tessera::nn::CausalSelfAttention::forward[pack]",
@@ -691,6 +692,21 @@ private:
               v[o + e] = kept(row[2 * W + e]);
             }
           }
+#if !TESSERA_DEVICE_PASS
+          if constexpr (paired && tessera::detail::is_host_exec_v<Exec>) {
+            // A pair is a 32-bit word of a row, so the block's pair rows of k^T and v^T are the
+            // transpose of its rows of d/2 words: 16 x 16 words in AVX-512 registers, written
+            // as whole 64-byte rows (a row at a time would store 2 bytes per key).
+            const index_t rows = i1 - i0;
+            tessera::detail::hostgemm::transpose_words(k + (bh * t + i0) * d,
+                                                       d * index_t(sizeof(kv_type)), rows, d / 2,
+                                                       kt + bh * d * t + 2 * i0, t, rows);
+            tessera::detail::hostgemm::transpose_words(v + (bh * t + i0) * d,
+                                                       d * index_t(sizeof(kv_type)), rows, d / 2,
+                                                       vt + bh * d * t + 2 * i0, t, rows);
+            return;
+          }
+#endif
           for (index_t e = 0; e < d; ++e) {
             kv_type* ktr = kt + bh * d * t + kt_at(e, 0, t);
             kv_type* vtr = vt + bh * d * t + kt_at(e, 0, t);

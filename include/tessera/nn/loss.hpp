@@ -15,9 +15,14 @@
 /// prediction is not lost to cancellation. dlogits = (softmax(logits) - onehot(label)) *
 /// grad_scale / B, where grad_scale is a loss scale (1 unless a loss scaler asks for more); it
 /// has the logits' precision (divided by B t for sequences). All arithmetic is fp32 per row, the
-/// batch sum double.
+/// batch sum double. On host spaces each row is processed in chunks of 256 logits widened to
+/// fp32 with xsimd's max and exp (nn/detail/row_math.hpp: the sum of a row in per-lane partial
+/// sums); elsewhere a scalar loop per row.
 
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/detail/row_math.hpp>
+#include <tessera/precision/vector_convert.hpp>
 
 #include <cstdint>
 #include <string>
@@ -102,6 +107,52 @@ private:
     const auto* in = logits.data();
     const float g = grad_scale / static_cast<float>(B);
     double total = 0;
+#if !TESSERA_DEVICE_PASS
+    if constexpr (tessera::detail::is_host_exec_v<Exec> && tessera::detail::simd::available) {
+      Kokkos::parallel_reduce(
+          "tessera::nn::SoftmaxCrossEntropy", Kokkos::RangePolicy<Exec>(exec, 0, B),
+          [=](const index_t i, double& sum) {
+            const auto* row = in + i * C;
+            constexpr index_t chunk = 256;
+            alignas(64) float buf[chunk];
+            // The chunk of logits at j0 as fp32 in buf (n of them).
+            const auto widen = [&](index_t j0, index_t n) {
+              convert_n<fp32>(row + j0, buf, static_cast<std::size_t>(n));
+            };
+            float m = to_float(row[0]);
+            for (index_t j0 = 0; j0 < C; j0 += chunk) {
+              const index_t n = C - j0 < chunk ? C - j0 : chunk;
+              widen(j0, n);
+              const float cm = detail::row_max(buf, n);
+              m = cm > m ? cm : m;
+            }
+            float s = 0.f;
+            for (index_t j0 = 0; j0 < C; j0 += chunk) {
+              const index_t n = C - j0 < chunk ? C - j0 : chunk;
+              widen(j0, n);
+              s += detail::exp_shifted(buf, n, m);
+            }
+            const auto y = label(i);
+            sum += static_cast<double>(std::log(s) - (to_float(row[y]) - m));
+            if constexpr (Grad) {
+              const float inv = 1.f / s;
+              for (index_t j0 = 0; j0 < C; j0 += chunk) {
+                const index_t n = C - j0 < chunk ? C - j0 : chunk;
+                widen(j0, n);
+                detail::exp_shifted(buf, n, m);
+                // (p - onehot(y)) g, p = exp(l - m) / s, as the scalar path.
+                for (index_t k = 0; k < n; ++k) buf[k] *= inv;
+                if (y >= j0 && y < j0 + n) buf[y - j0] -= 1.f;
+                for (index_t k = 0; k < n; ++k) buf[k] *= g;
+                convert_n<P>(buf, dl + i * C + j0, static_cast<std::size_t>(n));
+              }
+            }
+          },
+          total);
+      exec.fence();
+      return static_cast<float>(total / static_cast<double>(B));
+    }
+#endif
     Kokkos::parallel_reduce(
         "tessera::nn::SoftmaxCrossEntropy", Kokkos::RangePolicy<Exec>(exec, 0, B),
         KOKKOS_LAMBDA(const index_t i, double& sum) {
