@@ -103,14 +103,9 @@ struct residual_flops<InExt, L, Rest...> {
 template <class Exec, class A, class B, class O>
 void add_rounded(const Exec& exec, const char* label, const A& a, const B& b, const O& out) {
   using P = typename O::precision;
-  for_chunks(
-      exec, label, out.size(), KOKKOS_LAMBDA(const index_t begin, const index_t end) {
-        const auto* pa = a.data();
-        const auto* pb = b.data();
-        auto* po = out.data();
-        for (index_t i = begin; i < end; ++i)
-          po[i] = from_float<P>(to_float(pa[i]) + to_float(pb[i]));
-      });
+  zip_rounded<P>(
+      exec, label, out.size(), a.data(), b.data(), out.data(),
+      KOKKOS_LAMBDA(const float x, const float y) { return x + y; });
   exec.fence();
 }
 

@@ -2,8 +2,10 @@
 // Private helpers of nn/: reusable activation buffers, compute copies of GEMM operands in a
 // layer's compute precision, device-callable math. Not part of the public API.
 
+#include <tessera/config/kokkos_compat.hpp> // is_host_exec_v
 #include <tessera/nn/parameter.hpp>
 #include <tessera/nn/precision.hpp>
+#include <tessera/precision/vector_convert.hpp> // convert_n (host paths)
 
 #include <Kokkos_MathematicalFunctions.hpp>
 #include <boost/hana/tuple.hpp>
@@ -169,6 +171,46 @@ void for_chunks(const Exec& exec, const char* label, index_t n, const F& f) {
       KOKKOS_LAMBDA(const index_t c) {
         const index_t begin = c * chunk;
         f(begin, n - begin < chunk ? n : begin + chunk);
+      });
+}
+
+/// out[i] = from_float<P>(f(to_float(a[i]), to_float(b[i]))) for i < n, in parallel over
+/// for_chunks. On host spaces each chunk goes 256 elements at a time through convert_n (the
+/// operands widened, the results rounded: the same conversions, vectorised) and f runs in a
+/// loop over fp32 arrays the compiler vectorises; elsewhere one element per iteration.
+template <class P, class Exec, class SA, class SB, class F>
+void zip_rounded(const Exec& exec, const char* label, index_t n, const SA* a, const SB* b,
+                 storage_t<P>* out, const F& f) {
+#if !TESSERA_DEVICE_PASS
+  if constexpr (tessera::detail::is_host_exec_v<Exec>) {
+    for_chunks(exec, label, n, [=](const index_t begin, const index_t end) {
+      constexpr index_t block = 256;
+      alignas(64) float fa[block], fb[block], fo[block];
+      for (index_t i0 = begin; i0 < end; i0 += block) {
+        const index_t m = end - i0 < block ? end - i0 : block;
+        const float* xa = fa;
+        const float* xb = fb;
+        if constexpr (std::is_same_v<SA, float>)
+          xa = a + i0;
+        else
+          convert_n<fp32>(a + i0, fa, std::size_t(m));
+        if constexpr (std::is_same_v<SB, float>)
+          xb = b + i0;
+        else
+          convert_n<fp32>(b + i0, fb, std::size_t(m));
+        float* xo = fo;
+        if constexpr (std::is_same_v<storage_t<P>, float>) xo = out + i0;
+        for (index_t i = 0; i < m; ++i) xo[i] = f(xa[i], xb[i]);
+        if constexpr (!std::is_same_v<storage_t<P>, float>)
+          convert_n<P>(fo, out + i0, std::size_t(m));
+      }
+    });
+    return;
+  }
+#endif
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec>(exec, 0, n), KOKKOS_LAMBDA(const index_t i) {
+        out[i] = from_float<P>(f(to_float(a[i]), to_float(b[i])));
       });
 }
 
