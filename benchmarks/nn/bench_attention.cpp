@@ -199,11 +199,12 @@ void add(const std::string& name, index_t t) {
 /// The core alone (see the file comment): qkv (Bc, t, 3D) random, in precision P's storage
 /// and dO (fp32, or bf16 as the bf16 GPT's projections hand them over), o in P.
 template <class P>
-void add_core(index_t t, const std::string& name) {
+void add_core(index_t t, const std::string& name, index_t tile = 0) {
   constexpr index_t Bc = 16;
   using S = tessera::storage_t<P>;
   using core_t = nn::detail::tiled_attention_core<D, H, P>;
   auto core = std::make_shared<core_t>();
+  if (tile > 0) core->set_tile(tile, "bench_attention");
   auto qkv = std::make_shared<std::vector<S>>(std::size_t(Bc * t * 3 * D));
   auto o = std::make_shared<std::vector<S>>(std::size_t(Bc * t * D));
   auto g = std::make_shared<std::vector<S>>(std::size_t(Bc * t * D));
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   for (const index_t t : {128, 256, 1024}) add_core<tessera::fp32>(t, "core");
   for (const index_t t : {128, 1024}) add_core<tessera::bf16>(t, "core_bf16");
+  add_core<tessera::bf16>(128, "core_bf16_tile128", 128);
   for (const index_t t : {64, 128, 256, 512, 1024}) {
     add<nn::CausalSelfAttention<D, H>>("tiled", t);
     add<naive_attention_layer>("naive", t);

@@ -163,27 +163,45 @@ public:
             const index_t j1 = j0 + tile < i1 ? j0 + tile : i1, nk = j1 - j0;
             scores(s, qh, kth + j0 * kstep, i0, j0, nq, nk, tile, t, scale, dot);
             for (index_t r = 0; r < nq; ++r) {
-              // j0 <= i0 (both multiples of the tile): every row sees at least key j0.
+              // j0 <= i0 (both multiples of the tile): every row sees at least key j0. The
+              // probabilities past it are zeroed as far as accumulate reads them (to the last
+              // row of the row's register block).
               const index_t valid = causal_keys(i0 + r, j0, nk);
+              const index_t nz = valid + block_rows - 1 < nk ? valid + block_rows - 1 : nk;
               float* sr = s + r * tile;
               const float mx = row_max(sr, valid);
-              const float mnew = mx > m[r] ? mx : m[r];
-              // The first key tile: no running sum to correct (and no exp of -3e38).
-              const float corr = j0 == 0 ? 0.f : kmath::exp(m[r] - mnew);
-              const float sum = exp_shifted(sr, valid, mnew);
-              for (index_t c = valid; c < nk; ++c) sr[c] = 0.f;
-              l[r] = l[r] * corr + sum;
-              m[r] = mnew;
-              float* ar = acc + r * d;
-              for (index_t c = 0; c < d; ++c) ar[c] *= corr;
+              if (j0 == 0) {
+                // The first key tile: no running sum or output to correct.
+                m[r] = mx;
+                l[r] = exp_shifted(sr, valid, nz, mx);
+                continue;
+              }
+              if (mx > m[r]) {
+                const float corr = kmath::exp(m[r] - mx);
+                m[r] = mx;
+                l[r] *= corr;
+                float* ar = acc + r * d;
+                for (index_t c = 0; c < d; ++c) ar[c] *= corr;
+              }
+              l[r] += exp_shifted(sr, valid, nz, m[r]);
             }
             accumulate(acc, d, s, vh + j0 * d, i0, j0, nq, nk, tile);
           }
           for (index_t r = 0; r < nq; ++r) {
             const float inv = 1.f / l[r];
             const index_t i = i0 + r;
-            for (index_t c = 0; c < d; ++c)
-              out[(b * t + i) * W + h * d + c] = from_float<Act>(acc[r * d + c] * inv);
+            storage_t<Act>* orow = out + (b * t + i) * W + h * d;
+            float* ar = acc + r * d;
+#if !TESSERA_DEVICE_PASS
+            if constexpr (tessera::detail::is_host_exec_v<Exec>) {
+              // Rounded by convert_n (vectorised; the same rounding as from_float).
+              for (index_t c = 0; c < d; ++c) ar[c] *= inv;
+              convert_n<Act>(ar, orow, std::size_t(d));
+            } else
+#endif
+            {
+              for (index_t c = 0; c < d; ++c) orow[c] = from_float<Act>(ar[c] * inv);
+            }
             lse[bh * t + i] = m[r] + kmath::log(l[r]);
           }
         });
@@ -215,6 +233,25 @@ public:
             const G* gr = g + (b * t + i) * W + h * d;
             const O* orow = o + (b * t + i) * W + h * d;
             do_type* dr = dop + k * d;
+#if !TESSERA_DEVICE_PASS && defined(__AVX512F__)
+            if constexpr (tessera::detail::is_host_exec_v<Exec> && d % 16 == 0 && fp32_or_bf16<G> &&
+                          fp32_or_bf16<O>) {
+              // 16 columns per batch, lane l the partial sum l of lane_sum (the same sums,
+              // reduced by the same pairwise tree).
+              using V = xsimd::batch<float, xsimd::default_arch>;
+              __m512 part = _mm512_setzero_ps();
+              for (index_t c = 0; c < d; c += 16) {
+                const __m512 gv = load_widened<V>(gr + c);
+                part = _mm512_fmadd_ps(gv, load_widened<V>(orow + c), part);
+                if constexpr (std::is_same_v<do_type, G>)
+                  std::memcpy(dr + c, gr + c, 16 * sizeof(G));
+                else
+                  _mm512_storeu_ps(dr + c, gv);
+              }
+              di[k] = _mm512_reduce_add_ps(part);
+              return;
+            }
+#endif
             for (index_t c = 0; c < d; ++c) {
               if constexpr (std::is_same_v<do_type, G>)
                 dr[c] = gr[c];
@@ -336,6 +373,9 @@ private:
   }
 
 #if !TESSERA_DEVICE_PASS
+  /// Whether load_widened reads T: fp32 or bf16 storage.
+  template <class T>
+  static constexpr bool fp32_or_bf16 = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
   /// V::size saved k/v elements from p (unaligned) as fp32 lanes: bf16 is the top half of an
   /// fp32, so a zero-extending load shifted left by 16.
   template <class V, class T>
@@ -635,6 +675,8 @@ private:
     // Keys per register block: 4 where the rows are widened from bf16 (the widening then
     // serves four keys), else 2.
     constexpr index_t C = std::is_same_v<G, float> && std::is_same_v<A, float> ? 2 : 4;
+    static_assert(C <= block_rows,
+                  "probs_and_dscores zeroes block_rows - 1 keys past a row's last");
     // The first query row that sees key c0 (the rows before it have P = dS = 0 there).
     const index_t off = j0 - i0;
     index_t c0 = 0;
@@ -659,9 +701,12 @@ private:
       const float L = lse_h[i0 + r], Di = di_h[i0 + r];
       float* sr = s + r * ld;
       float* dpr = dp + r * ld;
-      exp_shifted(sr, valid, L);
+      // Zero past the row's last key as far as accumulate and accumulate_t read (the last row
+      // of its register block of rows, the last key of its block of keys).
+      const index_t nz = valid + block_rows - 1 < nk ? valid + block_rows - 1 : nk;
+      exp_shifted(sr, valid, nz, L);
       for (index_t c = 0; c < valid; ++c) dpr[c] = sr[c] * (dpr[c] - Di);
-      for (index_t c = valid < 0 ? 0 : valid; c < nk; ++c) sr[c] = dpr[c] = 0.f;
+      for (index_t c = valid < 0 ? 0 : valid; c < nz; ++c) dpr[c] = 0.f;
     }
   }
 
@@ -686,6 +731,14 @@ private:
           for (index_t i = i0; i < i1; ++i) {
             const auto* row = in + (b * t + i) * 3 * W + h * d;
             const index_t o = (bh * t + i) * d;
+            if constexpr (std::is_same_v<S, kv_type> && tessera::detail::is_host_exec_v<Exec>) {
+              // The same bits: whole rows copied (an element loop of 16-bit stores is not
+              // vectorised).
+              std::memcpy(q + o, row, d * sizeof(kv_type));
+              std::memcpy(k + o, row + W, d * sizeof(kv_type));
+              std::memcpy(v + o, row + 2 * W, d * sizeof(kv_type));
+              continue;
+            }
             for (index_t e = 0; e < d; ++e) {
               q[o + e] = kept(row[e]);
               k[o + e] = kept(row[W + e]);

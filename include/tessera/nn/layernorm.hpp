@@ -136,7 +136,7 @@ public:
     // The column sums over the rows, by blocks of features (nn/detail/row_math.hpp).
     detail::for_column_blocks(
         exec, "tessera::nn::LayerNorm::backward[params]", D,
-        KOKKOS_LAMBDA(const index_t j0, const index_t w) {
+        KOKKOS_LAMBDA(const index_t j0, const auto w) {
           float sg[detail::column_block<Exec>] = {}, sb[detail::column_block<Exec>] = {};
           for (index_t r = 0; r < rows; ++r)
             for (index_t k = 0; k < w; ++k) {
@@ -153,6 +153,29 @@ public:
     if (!need_dx) return {};
     auto dx = dx_.template get<DP>(dy.extents());
     auto* out = dx.data();
+#if !TESSERA_DEVICE_PASS
+    if constexpr (tessera::detail::is_host_exec_v<Exec> && !std::is_same_v<storage_t<DP>, float> &&
+                  D <= 8192) {
+      // Host, dy and dx in a narrow precision: the row widened and the result rounded by
+      // convert_n (vectorised; the same conversions), the same sums in between.
+      Kokkos::parallel_for("tessera::nn::LayerNorm::backward[dx]",
+                           Kokkos::RangePolicy<Exec>(exec, 0, rows), [=](const index_t r) {
+                             alignas(64) float gd[D];
+                             convert_n<fp32>(d + r * D, gd, std::size_t(D));
+                             const float* xr = xh + r * D;
+                             for (index_t j = 0; j < D; ++j) gd[j] *= g[j];
+                             const float s1 = detail::lane_sum<D>([&](index_t j) { return gd[j]; });
+                             const float s2 =
+                                 detail::lane_sum<D>([&](index_t j) { return gd[j] * xr[j]; });
+                             const float m1 = s1 / float(D), m2 = s2 / float(D), rstd = rs[r];
+                             for (index_t j = 0; j < D; ++j)
+                               gd[j] = rstd * (gd[j] - m1 - xr[j] * m2);
+                             convert_n<DP>(gd, out + r * D, std::size_t(D));
+                           });
+      exec.fence();
+      return dx;
+    }
+#endif
     Kokkos::parallel_for(
         "tessera::nn::LayerNorm::backward[dx]", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(const index_t r) {

@@ -116,7 +116,7 @@ public:
     // The column sums over the rows, by blocks of features (nn/detail/row_math.hpp).
     detail::for_column_blocks(
         exec, "tessera::nn::RMSNorm::backward[gamma]", D,
-        KOKKOS_LAMBDA(const index_t j0, const index_t w) {
+        KOKKOS_LAMBDA(const index_t j0, const auto w) {
           float s[detail::column_block<Exec>] = {};
           for (index_t r = 0; r < rows; ++r)
             for (index_t k = 0; k < w; ++k)

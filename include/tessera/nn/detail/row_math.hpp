@@ -14,13 +14,54 @@
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/simd/lanes.hpp> // xsimd, host passes only
 
+#include <type_traits>
+
 namespace tessera::nn::detail {
 
-/// x[c] = exp(x[c] - shift) for 0 <= c < n; returns the sum of the new values.
-KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, float shift) {
+#if !TESSERA_DEVICE_PASS && defined(__AVX512F__)
+namespace avx512 {
+/// The first k lanes: none for k <= 0, all 16 from k = 16.
+inline __mmask16 first_lanes(index_t k) noexcept {
+  return k <= 0    ? __mmask16(0)
+         : k >= 16 ? __mmask16(0xffff)
+                   : static_cast<__mmask16>((1u << k) - 1u);
+}
+/// exp of 16 lanes by xsimd (the same function as every other host path here).
+[[gnu::always_inline]] inline __m512 exp16(__m512 x) noexcept {
+  using B = xsimd::batch<float, xsimd::default_arch>;
+  static_assert(B::size == 16);
+  return xsimd::exp(B(x));
+}
+} // namespace avx512
+#endif
+
+/// x[c] = exp(x[c] - shift) for 0 <= c < n and x[c] = 0 for n <= c < nz (n <= nz; n may be
+/// <= 0); returns the sum of the exps. On AVX-512 hosts the row's last partial batch is a
+/// masked load and store (nothing outside [0, nz) is read or written).
+KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, index_t nz, float shift) {
   float sum = 0.f;
   index_t c = 0;
 #if !TESSERA_DEVICE_PASS
+#if defined(__AVX512F__)
+  if constexpr (tessera::detail::simd::available) {
+    const __m512 s = _mm512_set1_ps(shift);
+    __m512 acc = _mm512_setzero_ps();
+    for (; c + 16 <= n; c += 16) {
+      const __m512 p = avx512::exp16(_mm512_sub_ps(_mm512_loadu_ps(x + c), s));
+      _mm512_storeu_ps(x + c, p);
+      acc = _mm512_add_ps(acc, p);
+    }
+    for (; c < nz; c += 16) {
+      // The lanes below n: exp; from n to nz: zero; the rest untouched.
+      const __mmask16 live = avx512::first_lanes(n - c), keep = avx512::first_lanes(nz - c);
+      const __m512 p = _mm512_maskz_mov_ps(
+          live, avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, x + c), s)));
+      _mm512_mask_storeu_ps(x + c, keep, p);
+      acc = _mm512_add_ps(acc, p);
+    }
+    return _mm512_reduce_add_ps(acc);
+  }
+#else
   if constexpr (tessera::detail::simd::available) {
     using B = xsimd::batch<float, xsimd::default_arch>;
     constexpr index_t w = index_t(B::size);
@@ -46,21 +87,37 @@ KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, float shift) {
     }
   }
 #endif
+#endif
   for (; c < n; ++c) {
     const float p = kmath::exp(x[c] - shift);
     x[c] = p;
     sum += p;
   }
+  for (c = c < 0 ? 0 : c; c < nz; ++c) x[c] = 0.f;
   return sum;
 }
 
-/// The largest of x[0 .. n) (n >= 1): xsimd batches in host passes (a tail shorter than a batch
-/// padded with x[0]), a scalar loop in device passes. Exact: the maximum does not depend on
+/// x[c] = exp(x[c] - shift) for 0 <= c < n; returns the sum of the new values.
+KOKKOS_INLINE_FUNCTION float exp_shifted(float* x, index_t n, float shift) {
+  return exp_shifted(x, n, n, shift);
+}
+
+/// The largest of x[0 .. n) (n >= 1): AVX-512 batches with a masked tail and a horizontal
+/// maximum on AVX-512 hosts, xsimd batches on other hosts (a tail shorter than a batch padded
+/// with x[0]), a scalar loop in device passes. Exact: the maximum does not depend on
 /// the order.
 KOKKOS_INLINE_FUNCTION float row_max(const float* x, index_t n) {
   float mx = x[0];
   index_t c = 1;
 #if !TESSERA_DEVICE_PASS
+#if defined(__AVX512F__)
+  if constexpr (tessera::detail::simd::available) {
+    __m512 m = _mm512_set1_ps(mx);
+    for (c = 0; c + 16 <= n; c += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + c));
+    if (c < n) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, avx512::first_lanes(n - c), x + c));
+    return _mm512_reduce_max_ps(m);
+  }
+#else
   if constexpr (tessera::detail::simd::available) {
     using B = xsimd::batch<float, xsimd::default_arch>;
     constexpr index_t w = index_t(B::size);
@@ -76,6 +133,7 @@ KOKKOS_INLINE_FUNCTION float row_max(const float* x, index_t n) {
     for (index_t l = 0; l < w; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
     return mx;
   }
+#endif
 #endif
   for (; c < n; ++c) mx = x[c] > mx ? x[c] : mx;
   return mx;
@@ -104,7 +162,11 @@ inline constexpr index_t column_block = tessera::detail::is_host_exec_v<Exec> ? 
 
 /// f(j0, w) for the blocks [j0, j0 + w) of column_block<Exec> adjacent columns covering 0..n,
 /// in parallel. f sums its columns over the rows in row order (so each column's sum is the one
-/// a work item per column would give) into at most column_block<Exec> accumulators.
+/// a work item per column would give) into at most column_block<Exec> accumulators. A full
+/// block's w is std::integral_constant<index_t, column_block<Exec>> (f takes `auto w`): loops
+/// to w then have a compile-time trip count, so the accumulators stay in registers across
+/// the rows (with a run-time w the compiler keeps them in memory: a store-to-load chain per
+/// row); the last, partial block gets an index_t.
 template <class Exec, class F>
 void for_column_blocks(const Exec& exec, const char* label, index_t n, const F& f) {
   constexpr index_t cols = column_block<Exec>;
@@ -112,7 +174,10 @@ void for_column_blocks(const Exec& exec, const char* label, index_t n, const F& 
       label, Kokkos::RangePolicy<Exec>(exec, 0, (n + cols - 1) / cols),
       KOKKOS_LAMBDA(const index_t c) {
         const index_t j0 = c * cols;
-        f(j0, n - j0 < cols ? n - j0 : cols);
+        if (n - j0 >= cols)
+          f(j0, std::integral_constant<index_t, cols>{});
+        else
+          f(j0, n - j0);
       });
 }
 
