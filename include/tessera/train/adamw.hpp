@@ -2,7 +2,8 @@
 /// \file train/adamw.hpp
 /// AdamW (Loshchilov & Hutter, "Decoupled weight decay regularization", ICLR 2019) with
 /// PyTorch's torch.optim.AdamW semantics: bias-corrected moments and weight decay applied to
-/// the weights, not added to the gradient. One fused kernel per parameter.
+/// the weights, not added to the gradient. One fused kernel per parameter (xsimd batches on
+/// host spaces).
 ///
 ///   tessera::train::adamw opt{.lr = 1e-3f, .weight_decay = 0.01f};
 ///   opt.step(exec, model.parameters());
@@ -22,6 +23,8 @@
 /// weights, embeddings, convolution kernels — and not biases or normalisation gains, the usual
 /// GPT recipe); the others then step with decay factor 1 (plain Adam).
 
+#include <tessera/config/kokkos_compat.hpp> // is_host_exec_v
+#include <tessera/simd/lanes.hpp>           // xsimd, host passes only
 #include <tessera/train/detail/optimizer_state.hpp>
 
 #include <cmath>
@@ -107,6 +110,57 @@ struct basic_adamw {
       const float* gr = p.grad.data();
       float* m = state.slots[0][k].data();
       float* v = state.slots[1][k].data();
+#if !TESSERA_DEVICE_PASS
+      if constexpr (tessera::detail::is_host_exec_v<Exec> && tessera::detail::simd::available) {
+        // Host: xsimd batches (a scalar sqrtf keeps errno and does not vectorise), chunks of
+        // 4096 elements in parallel; the last partial batch goes through the same batch code
+        // (padded), so every element gets the same instructions wherever it sits (a ZeRO shard
+        // steps its elements exactly as the whole parameter would).
+        using V = xsimd::batch<float, xsimd::default_arch>;
+        constexpr index_t wd = index_t(V::size), chunk = 4096;
+        const index_t n = p.size();
+        const auto update = [=](const V& g, V& mv, V& vv, V& wv) {
+          mv = xsimd::fma(V(b1), mv, V(one_b1) * g);
+          vv = xsimd::fma(V(b2), vv, V(one_b2) * g * g);
+          const V denom = xsimd::sqrt(vv) / V(bc2_sqrt) + V(e);
+          wv = wv * V(dec) - V(step_size) * mv / denom;
+        };
+        Kokkos::parallel_for(
+            "tessera::train::adamw", Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
+            [=](const index_t c) {
+              const index_t end = n - c * chunk < chunk ? n : (c + 1) * chunk;
+              index_t i = c * chunk;
+              for (; i + wd <= end; i += wd) {
+                V mv = V::load_unaligned(m + i), vv = V::load_unaligned(v + i),
+                  wv = V::load_unaligned(w + i);
+                update(V::load_unaligned(gr + i), mv, vv, wv);
+                mv.store_unaligned(m + i);
+                vv.store_unaligned(v + i);
+                wv.store_unaligned(w + i);
+              }
+              if (i < end) {
+                alignas(64) float tg[wd] = {}, tm[wd] = {}, tv[wd] = {}, tw[wd] = {};
+                for (index_t l = 0; i + l < end; ++l) {
+                  tg[l] = gr[i + l];
+                  tm[l] = m[i + l];
+                  tv[l] = v[i + l];
+                  tw[l] = w[i + l];
+                }
+                V mv = V::load_aligned(tm), vv = V::load_aligned(tv), wv = V::load_aligned(tw);
+                update(V::load_aligned(tg), mv, vv, wv);
+                mv.store_aligned(tm);
+                vv.store_aligned(tv);
+                wv.store_aligned(tw);
+                for (index_t l = 0; i + l < end; ++l) {
+                  m[i + l] = tm[l];
+                  v[i + l] = tv[l];
+                  w[i + l] = tw[l];
+                }
+              }
+            });
+        return;
+      }
+#endif
       Kokkos::parallel_for(
           "tessera::train::adamw", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
           KOKKOS_LAMBDA(const index_t i) {
