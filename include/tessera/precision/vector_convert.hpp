@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace tessera {
@@ -276,19 +277,60 @@ inline std::size_t f16c_convert_body(const From*, storage_t<To>*, std::size_t) n
 }
 #endif
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+inline constexpr bool have_cvtneps2bf16 = true;
+
+/// float -> bf16 (overflow to infinity) for the first n - n % 16 elements by AVX512_BF16's
+/// VCVTNEPS2BF16, one instruction per 16 values. It rounds to nearest even and turns a NaN
+/// into its top half with the quiet bit set, as bfloat16::from_float does, but it treats
+/// float subnormal inputs as zero (the instruction ignores MXCSR): a batch holding one takes
+/// the scalar conversion instead (bf16 has float's exponent range, so a float subnormal rounds
+/// to a bf16 subnormal or zero). Returns how many.
+inline std::size_t cvtneps2bf16_body(const float* src, bfloat16* dst, std::size_t n) noexcept {
+  const std::size_t n_body = n - n % 16;
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff),
+                min_normal = _mm512_set1_epi32(0x00800000);
+  for (std::size_t i = 0; i < n_body; i += 16) {
+    const __m512 x = _mm512_loadu_ps(src + i);
+    const __m512i a = _mm512_and_si512(_mm512_castps_si512(x), magnitude);
+    const __mmask16 subnormal =
+        _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(a, a), a, min_normal);
+    if (subnormal != 0) {
+      for (std::size_t l = 0; l < 16; ++l)
+        dst[i + l] = convert<bf16, overflow_to_inf_nan>(src[i + l]);
+      continue;
+    }
+    const __m256bh r = _mm512_cvtneps_pbh(x);
+    __m256i bits;
+    std::memcpy(&bits, &r, sizeof bits);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bits);
+  }
+  return n_body;
+}
+#else
+inline constexpr bool have_cvtneps2bf16 = false;
+inline std::size_t cvtneps2bf16_body(const float*, bfloat16*, std::size_t) noexcept {
+  return 0;
+}
+#endif
+
 #endif // !TESSERA_DEVICE_PASS
 
 } // namespace detail
 
 namespace detail {
-/// convert_n, with the F16C instructions where UseF16C and the pair allows (else, or without
-/// F16C, the portable xsimd codec). Tests call both forms.
-template <class To, class Policy, bool UseF16C, class From>
+/// convert_n, with conversion instructions where UseHardware and the pair allows: F16C for
+/// float <-> fp16, AVX512_BF16's VCVTNEPS2BF16 for float -> bf16 (overflow to infinity); else,
+/// or without them, the portable xsimd codec. Tests call both forms and compare the bits.
+template <class To, class Policy, bool UseHardware, class From>
 void convert_n_impl(const From* src, storage_t<To>* dst, std::size_t n) noexcept {
   std::size_t i = 0;
 #if !TESSERA_DEVICE_PASS
-  if constexpr (UseF16C && have_f16c && f16c_pair<To, From>)
+  if constexpr (UseHardware && have_f16c && f16c_pair<To, From>)
     i = f16c_convert_body<To, Policy>(src, dst, n);
+  else if constexpr (UseHardware && have_cvtneps2bf16 && std::is_same_v<From, float> &&
+                     std::is_same_v<To, bf16> && std::is_same_v<Policy, overflow_to_inf_nan>)
+    i = cvtneps2bf16_body(src, dst, n);
   else if constexpr (simd::available && has_vector_codec<From> && has_vector_codec<storage_t<To>>)
     i = vector_convert_body<To, Policy, xsimd::default_arch>(src, dst, n);
 #endif
