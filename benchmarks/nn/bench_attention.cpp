@@ -13,8 +13,10 @@
 // projections) at the character GPT's batch (B = 16, t = 128 and longer) and report GFLOP/s of
 // its products: forward 2 (QK^T, PV), backward 5 (the recomputed QK^T, dO V^T, P^T dO, dS^T Q,
 // dS K), each 2 d flops per (query, key) pair the causal mask lets through, t (t + 1) / 2 per
-// (batch, head). "core_bf16" is the same with bf16 q, k, v in and o out (the bf16 GPT's core;
-// it computes in fp32 all the same, so it differs by the widening and rounding).
+// (batch, head). "core_bf16" is the same with bf16 q, k, v in and o out (the bf16 GPT's core:
+// the scores on VDPBF16PS where the CPU has AVX512_BF16, the other products in fp32);
+// "core_bf16_tile128" the same at t = 128 with one 128-row tile instead of the default 64 (no
+// online-softmax correction: the cost of the tiling at the GPT's length).
 //
 //   bench_attention                                    # Kokkos' default threads
 //   OMP_NUM_THREADS=1 bench_attention --benchmark_filter=/256
