@@ -278,6 +278,52 @@ TEST_CASE("bf16: VCVTNEPS2BF16 and the portable codec agree on every top half an
   }
 }
 
+namespace {
+// The vector encoder (both forms of convert_n_impl) against the scalar one on float bit patterns
+// that walk every exponent and the top 12 mantissa bits (every sign, exponent and rounding
+// position of fp8 and fp16's normals: their ties are at float bits 19, 20 and 12) with the low
+// 11 bits below, at and above a tie's pattern, in batches that mix the targets' normals,
+// subnormals, overflows and NaNs.
+template <class To, class Policy>
+void check_float_sweep(const std::vector<float>& floats) {
+  using S = tessera::storage_t<To>;
+  std::vector<S> hw(floats.size()), port(floats.size());
+  tessera::detail::convert_n_impl<To, Policy, true>(floats.data(), hw.data(), floats.size());
+  tessera::detail::convert_n_impl<To, Policy, false>(floats.data(), port.data(), floats.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < floats.size(); ++i) {
+    const S s = tessera::convert<To, Policy>(floats[i]);
+    if ((std::memcmp(&s, &hw[i], sizeof s) != 0 || std::memcmp(&s, &port[i], sizeof s) != 0) &&
+        bad++ == 0)
+      first = i;
+  }
+  INFO(tessera::precision_traits<To>::name
+       << (std::is_same_v<Policy, saturate> ? " saturate" : " overflow_to_inf_nan")
+       << ", first mismatch at float bits 0x" << std::hex
+       << tessera::detail::bit_cast<std::uint32_t>(floats[first]));
+  CHECK(bad == 0);
+}
+} // namespace
+
+TEST_CASE("the vector encoders equal the scalar ones over a sweep of all exponents",
+          "[precision][vector]") {
+  std::vector<float> floats;
+  for (std::uint32_t hi = 0; hi < (1u << 21); ++hi)
+    for (std::uint32_t lo : {0x000u, 0x001u, 0x3ffu, 0x400u, 0x401u, 0x7ffu})
+      floats.push_back(tessera::detail::bit_cast<float>(hi << 11 | lo));
+  std::mt19937 rng(23);
+  std::shuffle(floats.begin(), floats.end(), rng);
+  using namespace tessera;
+  check_float_sweep<fp8_e4m3, saturate>(floats);
+  check_float_sweep<fp8_e4m3, overflow_to_inf_nan>(floats);
+  check_float_sweep<fp8_e5m2, saturate>(floats);
+  check_float_sweep<fp8_e5m2, overflow_to_inf_nan>(floats);
+  check_float_sweep<fp16, saturate>(floats);
+  check_float_sweep<fp16, overflow_to_inf_nan>(floats);
+  check_float_sweep<bf16, saturate>(floats);
+  check_float_sweep<bf16, overflow_to_inf_nan>(floats);
+}
+
 TEST_CASE("rounding edge cases: e4m3", "[precision][fp8_e4m3]") {
   check_edge_cases<tessera::fp8_e4m3>({
       {0x00000000u, 0x00, 0x00, "+0"},

@@ -79,17 +79,6 @@ inline simd::lanes<A> vector_decode(const simd::lanes<A>& b) noexcept {
   }
 }
 
-/// Round-to-nearest-even right shift of non-negative lanes x by s (each in [1, 25]); mirrors
-/// detail::rne_shift. Lanes of x must stay below 2^31 - 2^24 for the sum not to wrap.
-template <class A>
-inline simd::lanes<A> vector_rne_shift(const simd::lanes<A>& x, const simd::lanes<A>& s) noexcept {
-  using L = simd::lanes<A>;
-  const L one(1);
-  const L lsb = simd::shift_right<A>(x, s) & one;
-  const L half_minus_one = simd::shift_left<A>(one, s - one) - one;
-  return simd::shift_right<A>(x + half_minus_one + lsb, s);
-}
-
 /// Float bit patterns u -> codes of precision To under Policy (in the low bits of each lane).
 /// Mirrors bfloat16::from_float and detail::encode_minifloat exactly.
 template <class To, class Policy, class A>
@@ -114,28 +103,30 @@ inline simd::lanes<A> vector_encode(const simd::lanes<A>& u) noexcept {
     constexpr std::int32_t max_code = S::max_code, overflow_code = S::overflow_code;
     const L sign = (u >> (32 - code_bits)) & L(1 << (code_bits - 1));
     const L a = u & L(0x7fffffff);
-    const L exp_field = a >> 23;
     // Normal in the target (biased target exponent >= 1): round the whole magnitude at bit
-    // 23 - man_bits, then rebias. Otherwise (subnormal, zero, float subnormal): round the
-    // mantissa with its hidden bit by a per-lane shift; shifts >= 25 all give 0 (the mantissa
-    // is below 2^24), so they are clamped to 25 to stay a valid shift count.
-    const auto normal = exp_field >= L(128 - bias);
-    L code;
-    if (xsimd::all(normal)) {
-      // Common case (no lane below the target's min normal): the same rounding with a constant
-      // shift, half the instructions of the general path.
-      constexpr int shift = 23 - man_bits;
-      const L r = (a + L((1 << (shift - 1)) - 1) + ((a >> shift) & L(1))) >> shift;
-      code = r - L((127 - bias) << man_bits);
-    } else {
-      const L x = xsimd::select(normal, a, (a & L(0x7fffff)) | L(0x800000));
-      const L s = xsimd::select(normal, L(23 - man_bits),
-                                xsimd::min(L(151 - man_bits - bias) - exp_field, L(25)));
-      const L r = vector_rne_shift<A>(x, s);
-      code = r - xsimd::select(normal, L((127 - bias) << man_bits), L(0));
-    }
-    // Beyond max finite (this includes infinity): the policy decides.
-    code = xsimd::select(code > L(max_code), L(sat ? max_code : overflow_code), code);
+    // 23 - man_bits and rebias, in one sum (the rebias is a multiple of 2^shift and such lanes
+    // stay non-negative, so subtracting it before the shift is exact).
+    constexpr int shift = 23 - man_bits;
+    const L normal_code =
+        (a + L((1 << (shift - 1)) - 1 - ((127 - bias) << 23)) + ((a >> shift) & L(1))) >> shift;
+    // Below the target's min normal (its subnormals, zero, float subnormals): the subnormal
+    // code is |x| / 2^(1 - bias - man_bits) rounded to nearest even. The product by a power of
+    // two is exact and the float -> int conversion rounds to nearest even (the default rounding
+    // mode, which every float operation here assumes); a value that rounds up to the min normal
+    // gives 2^man_bits, the min normal's code. The input is clamped to the min normal first so
+    // that no lane overflows the conversion (which would raise FE_INVALID for normal lanes).
+    using F = xsimd::batch<float, A>;
+    constexpr float min_normal = bit_cast<float>(static_cast<std::uint32_t>(128 - bias) << 23);
+    constexpr float to_code =
+        bit_cast<float>(static_cast<std::uint32_t>(127 + bias + man_bits - 1) << 23);
+    const L subnormal_code =
+        xsimd::nearbyint_as_int(xsimd::min(xsimd::bitwise_cast<F>(a), F(min_normal)) * F(to_code));
+    // Both computed for every lane and chosen by a select: no branch on the data.
+    L code = xsimd::select(a >= L((128 - bias) << 23), normal_code, subnormal_code);
+    // Beyond max finite (this includes infinity): the policy decides. The overflow code is the
+    // one after max finite, so either policy is a min.
+    static_assert(overflow_code == max_code + 1);
+    code = xsimd::min(code, L(sat ? max_code : overflow_code));
     if constexpr (S::nan_keeps_payload) {
       const L nan = L(overflow_code | (1 << (man_bits - 1))) |
                     ((a >> (23 - man_bits)) & L((1 << man_bits) - 1));

@@ -1,9 +1,8 @@
 #pragma once
 /// \file simd/lanes.hpp
-/// xsimd glue for bit-level work on 32-bit lanes: zero-extending loads of 8/16/32-bit codes,
-/// truncating stores back to 8/16/32 bits, and per-lane variable shifts. xsimd 8.1 has neither
-/// narrowing/widening packs nor a native AVX-512 variable shift (its generic fallback is a
-/// scalar loop), so AVX-512 gets intrinsics and every other arch a form the compiler vectorises.
+/// xsimd glue for bit-level work on 32-bit lanes: zero-extending loads of 8/16/32-bit codes and
+/// truncating stores back to 8/16/32 bits. xsimd 8.1 has no narrowing/widening packs, so
+/// AVX-512 gets intrinsics and every other arch a form the compiler vectorises.
 /// Host only: nothing here exists in a device compilation pass.
 ///
 ///   using A = xsimd::default_arch;
@@ -101,34 +100,6 @@ inline void store_narrowed(void* p, const lanes<A>& v) noexcept {
   code_t codes[n];
   for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<code_t>(wide[i]);
   std::memcpy(p, codes, sizeof codes);
-}
-
-/// Per-lane logical right shift of v by s; every lane of s in [0, 31].
-template <class A>
-inline lanes<A> shift_right(const lanes<A>& v, const lanes<A>& s) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (is_avx512<A>) return _mm512_srlv_epi32(v, s);
-#endif
-  constexpr std::size_t n = lanes<A>::size;
-  alignas(A::alignment()) std::uint32_t vv[n], ss[n];
-  xsimd::bitwise_cast<xsimd::batch<std::uint32_t, A>>(v).store_aligned(vv);
-  xsimd::bitwise_cast<xsimd::batch<std::uint32_t, A>>(s).store_aligned(ss);
-  for (std::size_t i = 0; i < n; ++i) vv[i] >>= ss[i];
-  return xsimd::bitwise_cast<lanes<A>>(xsimd::batch<std::uint32_t, A>::load_aligned(vv));
-}
-
-/// Per-lane left shift of v by s; every lane of s in [0, 31].
-template <class A>
-inline lanes<A> shift_left(const lanes<A>& v, const lanes<A>& s) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (is_avx512<A>) return _mm512_sllv_epi32(v, s);
-#endif
-  constexpr std::size_t n = lanes<A>::size;
-  alignas(A::alignment()) std::uint32_t vv[n], ss[n];
-  xsimd::bitwise_cast<xsimd::batch<std::uint32_t, A>>(v).store_aligned(vv);
-  xsimd::bitwise_cast<xsimd::batch<std::uint32_t, A>>(s).store_aligned(ss);
-  for (std::size_t i = 0; i < n; ++i) vv[i] <<= ss[i];
-  return xsimd::bitwise_cast<lanes<A>>(xsimd::batch<std::uint32_t, A>::load_aligned(vv));
 }
 
 } // namespace tessera::detail::simd
