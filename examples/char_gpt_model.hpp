@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ratio>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -33,11 +34,16 @@ namespace chargpt {
 
 using tessera::index_t;
 
+/// The norms write their output in the activation precision of the layer after them (bf16
+/// for bf16 and fp8, fp32 for fp32): the residual stream stays fp32 and the next GEMM reads the
+/// rounded copy without a cast pass of its own.
+template <index_t D, class P>
+using layer_norm = tessera::nn::LayerNorm<D, std::ratio<1, 100000>, tessera::nn::activation_t<P>>;
 template <index_t D, index_t H, class P>
 using attn_block =
-    tessera::nn::Residual<tessera::nn::LayerNorm<D>, tessera::nn::CausalSelfAttention<D, H, P>>;
+    tessera::nn::Residual<layer_norm<D, P>, tessera::nn::CausalSelfAttention<D, H, P>>;
 template <index_t D, class P>
-using mlp_block = tessera::nn::Residual<tessera::nn::LayerNorm<D>, tessera::nn::Linear<D, 4 * D, P>,
+using mlp_block = tessera::nn::Residual<layer_norm<D, P>, tessera::nn::Linear<D, 4 * D, P>,
                                         tessera::nn::GELU, tessera::nn::Linear<4 * D, D, P>>;
 
 /// The parameters of `layer` renamed "<index>.<name>".
@@ -127,7 +133,7 @@ public:
   tessera::nn::PositionEmbedding<T, D> pos;
   std::vector<attn_type> attn;
   std::vector<mlp_type> mlp;
-  tessera::nn::LayerNorm<D> ln_f;
+  layer_norm<D, P> ln_f;
   tessera::nn::Linear<D, V, P> head;
 
 private:

@@ -408,7 +408,8 @@ template <class P, index_t V>
 using plan_gpt =
     nn::Sequential<nn::TokenEmbedding<V, plan_D, plan_T>, nn::PositionEmbedding<plan_T, plan_D>,
                    plan_attn<P>, plan_mlp<P>, plan_attn<P>, plan_mlp<P>, plan_attn<P>, plan_mlp<P>,
-                   plan_attn<P>, plan_mlp<P>, nn::LayerNorm<plan_D>, nn::Linear<plan_D, V, P>>;
+                   plan_attn<P>, plan_mlp<P>, chargpt::layer_norm<plan_D, P>,
+                   nn::Linear<plan_D, V, P>>;
 
 /// char_gpt's parameter name as plan_gpt's: "tok.weight" -> "0.weight", "k.x" -> "k+1.x".
 inline std::string plan_name(const std::string& name) {

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -232,6 +233,56 @@ TEST_CASE("LayerNorm forward matches a double reference over odd shapes", "[nn][
     for (int j = 0; j < 4; ++j)
       CHECK(y[std::size_t(j)] == Approx((j + 1 - 2.5) / std::sqrt(1.5)).epsilon(1e-6));
   }
+}
+
+namespace {
+// LayerNorm<D, Eps, Out>: y in Out is the fp32-output layer's y rounded to Out (one rounding of
+// the same fp32 values: bit for bit), the saved statistics are the same (so is the backward),
+// on the host path (vectorised rounding of whole rows) and for every row of odd shapes.
+template <class Out, index_t D, class Ext>
+void check_output_precision(const Ext& e, std::uint64_t seed) {
+  Kokkos::DefaultExecutionSpace exec;
+  nn::LayerNorm<D> wide;
+  nn::LayerNorm<D, std::ratio<1, 100000>, Out> narrow;
+  const std::size_t n = std::size_t(e.size());
+  const auto x = tensor_from<tessera::fp32>(uniform(n, seed, -3, 5), e);
+  const auto gamma = uniform(D, seed + 1, 0.5, 1.5), beta = uniform(D, seed + 2, -1, 1);
+  set_values(wide.gamma(), gamma);
+  set_values(wide.beta(), beta);
+  set_values(narrow.gamma(), gamma);
+  set_values(narrow.beta(), beta);
+  const auto y32 = wide.forward(exec, x);
+  const auto y = narrow.forward(exec, x);
+  static_assert(std::is_same_v<typename decltype(y)::precision, Out>);
+  static_assert(std::is_same_v<typename decltype(y)::extents_type, Ext>);
+  auto ym = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, y.kokkos_view());
+  auto y32m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, y32.kokkos_view());
+  int bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto want = tessera::from_float<Out>(y32m(i));
+    if (std::memcmp(&want, &ym(i), sizeof want) != 0 && ++bad <= 5)
+      FAIL_CHECK("element " << i << ": " << tessera::to_float(ym(i)) << " vs "
+                            << tessera::to_float(want));
+  }
+  CHECK(bad == 0);
+  // The same dy (in Out) gives the same gradients: the statistics saved are the same.
+  const auto dy = tensor_from<Out>(uniform(n, seed + 3, -1, 1), e);
+  const auto dx32 = values(wide.backward(exec, dy));
+  const auto dx = values(narrow.backward(exec, dy));
+  CHECK(dx == dx32);
+  CHECK(values(narrow.gamma().grad) == values(wide.gamma().grad));
+  CHECK(values(narrow.beta().grad) == values(wide.beta().grad));
+}
+} // namespace
+
+TEST_CASE("LayerNorm<D, Eps, bf16> rounds the fp32 layer's output once", "[nn][layernorm]") {
+  check_output_precision<tessera::bf16, 1>(extents<dyn, 1>(3), 31);
+  check_output_precision<tessera::bf16, 7>(extents<dyn, 7>(5), 32);
+  check_output_precision<tessera::bf16, 33>(extents<dyn, 33>(4), 33);
+  check_output_precision<tessera::bf16, 128>(extents<dyn, 3, 128>(2), 34);
+  check_output_precision<tessera::bf16, 257>(dextents<2>(3, 257), 35);
+  check_output_precision<tessera::fp16, 19>(extents<dyn, 19>(6), 36);
+  check_output_precision<tessera::fp32, 19>(extents<dyn, 19>(6), 37); // Out = fp32 explicitly
 }
 
 TEST_CASE("LayerNorm checks its input and call order", "[nn][layernorm]") {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <ratio>
 #include <string>
 #include <vector>
 
@@ -21,22 +22,25 @@ namespace tessera_test::gpt {
 
 constexpr tessera::index_t V = 13, D = 8, H = 2, T = 6;
 
+/// The norms write the activation precision of the layer after them, as the example's do.
 template <class P>
-using attn_block = nn::Residual<nn::LayerNorm<D>, nn::CausalSelfAttention<D, H, P>>;
+using layer_norm = nn::LayerNorm<D, std::ratio<1, 100000>, nn::activation_t<P>>;
+template <class P>
+using attn_block = nn::Residual<layer_norm<P>, nn::CausalSelfAttention<D, H, P>>;
 template <class P>
 using mlp_block =
-    nn::Residual<nn::LayerNorm<D>, nn::Linear<D, 4 * D, P>, nn::GELU, nn::Linear<4 * D, D, P>>;
+    nn::Residual<layer_norm<P>, nn::Linear<D, 4 * D, P>, nn::GELU, nn::Linear<4 * D, D, P>>;
 
 /// The plan model in precision P (the Linear layers' and the attention's projections'):
 /// token embedding, position embedding, 2 blocks, LN_f, lm_head.
 template <class P>
-using GPT = nn::Sequential<nn::TokenEmbedding<V, D, T>, nn::PositionEmbedding<T, D>, attn_block<P>,
-                           mlp_block<P>, attn_block<P>, mlp_block<P>, nn::LayerNorm<D>,
-                           nn::Linear<D, V, P>>;
+using GPT =
+    nn::Sequential<nn::TokenEmbedding<V, D, T>, nn::PositionEmbedding<T, D>, attn_block<P>,
+                   mlp_block<P>, attn_block<P>, mlp_block<P>, layer_norm<P>, nn::Linear<D, V, P>>;
 /// The example's body (everything after the token embedding).
 template <class P>
 using Body = nn::Sequential<nn::PositionEmbedding<T, D>, attn_block<P>, mlp_block<P>, attn_block<P>,
-                            mlp_block<P>, nn::LayerNorm<D>, nn::Linear<D, V, P>>;
+                            mlp_block<P>, layer_norm<P>, nn::Linear<D, V, P>>;
 
 using ids_view = Kokkos::View<std::int32_t**>;
 

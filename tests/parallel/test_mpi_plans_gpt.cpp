@@ -46,12 +46,12 @@ using Split = tp::tensor_split_t<GPT<P>, 2>;
 using split_attn = std::remove_cvref_t<decltype(std::declval<Split&>().template layer<2>())>;
 using split_mlp = std::remove_cvref_t<decltype(std::declval<Split&>().template layer<3>())>;
 static_assert(
-    std::is_same_v<split_attn, tp::TensorParallelResidual<2, nn::LayerNorm<D>,
+    std::is_same_v<split_attn, tp::TensorParallelResidual<2, layer_norm<P>,
                                                           tp::HeadParallelAttention<D, H, 2, P>>>);
-static_assert(
-    std::is_same_v<split_mlp, tp::TensorParallelResidual<
-                                  2, nn::LayerNorm<D>, tp::ColumnParallelLinear<D, 4 * D, 2, P>,
-                                  nn::GELU, tp::RowParallelLinear<4 * D, D, 2, P>>>);
+static_assert(std::is_same_v<
+              split_mlp,
+              tp::TensorParallelResidual<2, layer_norm<P>, tp::ColumnParallelLinear<D, 4 * D, 2, P>,
+                                         nn::GELU, tp::RowParallelLinear<4 * D, D, 2, P>>>);
 
 } // namespace
 

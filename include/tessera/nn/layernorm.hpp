@@ -1,16 +1,20 @@
 #pragma once
 /// \file nn/layernorm.hpp
-/// nn::LayerNorm<D, Eps>: layer normalisation over the last dimension (Ba et al. 2016;
+/// nn::LayerNorm<D, Eps, Out>: layer normalisation over the last dimension (Ba et al. 2016;
 /// PyTorch's nn.LayerNorm(D, eps) with elementwise_affine):
 ///   x (B, ..., D)  gamma (D)  beta (D)  y (B, ..., D)
 ///   y[r, j] = gamma[j] (x[r, j] - mean_r) / sqrt(var_r + eps) + beta[j]
 /// with mean_r and the biased variance var_r taken over the D values of row r. Eps is a
 /// std::ratio (default 1/100000 = 1e-5, PyTorch's default), a compile-time constant like every
-/// other layer option.
+/// other layer option. Out is the precision of y: void (the default) for x's precision, or an
+/// unscaled precision (tessera::bf16 in a mixed-precision transformer: the residual stream is
+/// fp32 and the layer after the norm computes in bf16, so y is rounded to it once, here, and
+/// never stored in fp32).
 ///
 ///   tessera::nn::LayerNorm<128> norm;        // gamma = 1, beta = 0, as PyTorch initialises
 ///   auto y = norm.forward(exec, x);         // x (B, 128) in any precision, y in x's precision
 ///   auto dx = norm.backward(exec, dy);      // writes gamma.grad and beta.grad; dx in dy's
+///   tessera::nn::LayerNorm<128, std::ratio<1, 100000>, tessera::bf16> norm16; // y in bf16
 ///
 /// The statistics, the normalised values and every gradient sum are fp32 whatever the
 /// precision of x; each output is rounded once. forward keeps the normalised rows x_hat (fp32,
@@ -36,15 +40,35 @@
 #include <cstdint>
 #include <ratio>
 #include <string>
+#include <type_traits>
 
 namespace tessera::nn {
 
-template <index_t D, class Eps = std::ratio<1, 100000>>
+namespace detail {
+/// LayerNorm's Out: void, or a precision that needs no scale.
+template <class Out>
+constexpr bool is_layernorm_output() {
+  if constexpr (std::is_void_v<Out>)
+    return true;
+  else if constexpr (Precision<Out>)
+    return !precision_traits<Out>::scaled;
+  else
+    return false;
+}
+} // namespace detail
+
+template <index_t D, class Eps = std::ratio<1, 100000>, class Out = void>
 class LayerNorm {
   static_assert(D >= 1, "tessera::nn::LayerNorm<D>: the normalised dimension must be >= 1.");
   static_assert(Eps::num > 0 && Eps::den > 0,
                 "tessera::nn::LayerNorm<D, Eps>: Eps (a std::ratio) must be positive.");
+  static_assert(detail::is_layernorm_output<Out>(),
+                "tessera::nn::LayerNorm<D, Eps, Out>: Out must be void (the input's precision) "
+                "or an unscaled precision such as tessera::fp32 or tessera::bf16 (fp8 needs a "
+                "scale: quantizing is the next layer's job).");
   using M = detail::default_memory_space;
+  template <class P>
+  using out_t = std::conditional_t<std::is_void_v<Out>, P, Out>;
 
 public:
   /// eps as a float (added to the fp32 variance).
@@ -77,41 +101,72 @@ public:
   auto parameters() const { return boost::hana::make_tuple(gamma_, beta_); }
 
   /// y = gamma * (x - mean) / sqrt(var + eps) + beta over the last dimension; x in any
-  /// precision, y in the same. Throws shape_error if x's last extent is not D.
+  /// precision, y in Out (x's precision when Out is void). Throws shape_error if x's last
+  /// extent is not D.
   template <class Exec, class P, class E>
-  Tensor<P, E, layout_right, M> forward(const Exec& exec, const Tensor<P, E, layout_right, M>& x) {
+  Tensor<out_t<P>, E, layout_right, M> forward(const Exec& exec,
+                                               const Tensor<P, E, layout_right, M>& x) {
     static_assert(accepts<E>, "tessera::nn::LayerNorm::forward: x must be (B, ..., D).");
     if (x.extent(E::rank - 1) != D)
       throw shape_error("tessera::nn::LayerNorm<" + std::to_string(D) + ">::forward: x has shape " +
                         shape_string(x.extents()) + "; its last dimension must be " +
                         std::to_string(D));
     const index_t rows = x.size() / D;
-    auto y = y_.template get<P>(x.extents());
+    using O = out_t<P>;
+    auto y = y_.template get<O>(x.extents());
     const auto* in = x.data();
     auto* out = y.data();
     float* xh = xhat_.get(x.size());
     float* rs = rstd_.get(rows);
     const float* g = gamma_.value.data();
     const float* b = beta_.value.data();
+    // Row r's statistics: mean and 1 / sqrt(var + eps). Two passes (mean, then squared
+    // deviations): no cancellation for rows whose mean is large against their spread. Sums in
+    // lanes (nn/detail/row_math.hpp).
+    const auto stats = KOKKOS_LAMBDA(const index_t r, float& mean, float& rstd) {
+      const auto* xr = in + r * D;
+      mean = detail::lane_sum<D>([&](index_t j) { return to_float(xr[j]); }) / float(D);
+      const float sq = detail::lane_sum<D>([&](index_t j) {
+        const float c = to_float(xr[j]) - mean;
+        return c * c;
+      });
+      rstd = 1.f / detail::kmath::sqrt(sq / float(D) + eps);
+      rs[r] = rstd;
+    };
+#if !TESSERA_DEVICE_PASS
+    if constexpr (tessera::detail::is_host_exec_v<Exec> && !std::is_same_v<storage_t<O>, float> &&
+                  D <= 8192) {
+      // Host, y in a narrow precision: the row's outputs in fp32, rounded by convert_n
+      // (vectorised; the same rounding as from_float).
+      Kokkos::parallel_for("tessera::nn::LayerNorm::forward",
+                           Kokkos::RangePolicy<Exec>(exec, 0, rows), [=](const index_t r) {
+                             float mean, rstd;
+                             stats(r, mean, rstd);
+                             const auto* xr = in + r * D;
+                             alignas(64) float yr[D];
+                             for (index_t j = 0; j < D; ++j) {
+                               const float h = (to_float(xr[j]) - mean) * rstd;
+                               xh[r * D + j] = h;
+                               yr[j] = g[j] * h + b[j];
+                             }
+                             convert_n<O>(yr, out + r * D, std::size_t(D));
+                           });
+      exec.fence();
+      shape_.save(x.extents());
+      rows_ = rows;
+      return y;
+    }
+#endif
     Kokkos::parallel_for(
         "tessera::nn::LayerNorm::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(const index_t r) {
+          float mean, rstd;
+          stats(r, mean, rstd);
           const auto* xr = in + r * D;
-          // Two passes (mean, then squared deviations): no cancellation for rows whose mean
-          // is large against their spread.
-          // Sums in lanes (nn/detail/row_math.hpp).
-          const float mean =
-              detail::lane_sum<D>([&](index_t j) { return to_float(xr[j]); }) / float(D);
-          const float sq = detail::lane_sum<D>([&](index_t j) {
-            const float c = to_float(xr[j]) - mean;
-            return c * c;
-          });
-          const float rstd = 1.f / detail::kmath::sqrt(sq / float(D) + eps);
-          rs[r] = rstd;
           for (index_t j = 0; j < D; ++j) {
             const float h = (to_float(xr[j]) - mean) * rstd;
             xh[r * D + j] = h;
-            out[r * D + j] = from_float<P>(g[j] * h + b[j]);
+            out[r * D + j] = from_float<O>(g[j] * h + b[j]);
           }
         });
     exec.fence();
