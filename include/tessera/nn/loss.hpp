@@ -119,6 +119,9 @@ private:
             const auto widen = [&](index_t j0, index_t n) {
               convert_n<fp32>(row + j0, buf, static_cast<std::size_t>(n));
             };
+            // A row of at most one chunk is widened and exponentiated once: buf keeps it
+            // between the passes. Longer rows widen each chunk again per pass.
+            const bool one_chunk = C <= chunk;
             float m = to_float(row[0]);
             for (index_t j0 = 0; j0 < C; j0 += chunk) {
               const index_t n = C - j0 < chunk ? C - j0 : chunk;
@@ -129,7 +132,7 @@ private:
             float s = 0.f;
             for (index_t j0 = 0; j0 < C; j0 += chunk) {
               const index_t n = C - j0 < chunk ? C - j0 : chunk;
-              widen(j0, n);
+              if (!one_chunk) widen(j0, n);
               s += detail::exp_shifted(buf, n, m);
             }
             const auto y = label(i);
@@ -138,8 +141,10 @@ private:
               const float inv = 1.f / s;
               for (index_t j0 = 0; j0 < C; j0 += chunk) {
                 const index_t n = C - j0 < chunk ? C - j0 : chunk;
-                widen(j0, n);
-                detail::exp_shifted(buf, n, m);
+                if (!one_chunk) {
+                  widen(j0, n);
+                  detail::exp_shifted(buf, n, m);
+                }
                 // (p - onehot(y)) g, p = exp(l - m) / s, as the scalar path.
                 for (index_t k = 0; k < n; ++k) buf[k] *= inv;
                 if (y >= j0 && y < j0 + n) buf[y - j0] -= 1.f;
