@@ -6,6 +6,7 @@ markdown table of validation loss and training tokens/s.
     benchmarks/gpt/compare.py                          # 300 steps, 1 and 2 threads
     benchmarks/gpt/compare.py --steps 2000 --threads 1
     benchmarks/gpt/compare.py --layers 2 --width 64 --heads 2 --context 64
+    benchmarks/gpt/compare.py --steps 100 --repeat 5   # medians of 5 rounds, ratio ranges
 
 PyTorch runs fp32 and bf16 autocast; tessera fp32, bf16 and fp8 (hybrid, fp32 masters); fp8 is
 compared with PyTorch's bf16. The val loss is the last `val loss` line of each run (64 fixed
@@ -17,6 +18,7 @@ it).
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -46,6 +48,10 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--precisions", default="fp32,bf16,fp8")
     ap.add_argument("--seed", type=int, default=1)
+    # Shared machines drift by several percent within minutes: --repeat N runs every command N
+    # times, PyTorch and tessera in turn, and reports the median speeds and the median (and
+    # range) of the ratios of each tessera run to the PyTorch run of the same round.
+    ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     # the model size, passed to both (tessera compiles the width/heads pairs 64/2 and 128/4)
     ap.add_argument("--layers", type=int, default=4)
@@ -63,28 +69,45 @@ def main():
     common = ["--steps", str(args.steps), "--batch", str(args.batch), "--seed", str(args.seed),
               "--eval-every", str(args.steps), "--layers", str(args.layers), "--heads",
               str(args.heads), "--width", str(args.width), "--context", str(args.context)]
-    rows, torch_cache = [], {}
+    if args.repeat < 1:
+        sys.exit("--repeat must be >= 1")
+    rows = []
     for t in [int(x) for x in args.threads.split(",")]:
-        for p in args.precisions.split(","):
-            tp = "bf16" if p in ("bf16", "fp8") else "fp32"
-            if (tp, t) not in torch_cache:
-                print(f"[compare] PyTorch {tp}, {t} thread(s)", file=sys.stderr)
-                torch_cache[(tp, t)] = run(
+        precisions = args.precisions.split(",")
+        torch_of = {p: ("bf16" if p in ("bf16", "fp8") else "fp32") for p in precisions}
+        torch_runs = {tp: [] for tp in torch_of.values()}
+        tessera_runs = {p: [] for p in precisions}
+        for r in range(args.repeat):
+            for tp in dict.fromkeys(torch_of.values()):
+                print(f"[compare] round {r + 1}/{args.repeat}: PyTorch {tp}, {t} thread(s)",
+                      file=sys.stderr)
+                torch_runs[tp].append(run(
                     [sys.executable, script, "--precision", tp, "--threads", str(t)] + common,
-                    TORCH_SPEED, {"OMP_NUM_THREADS": str(t)})
-            print(f"[compare] tessera {p}, {t} thread(s)", file=sys.stderr)
-            tl, ts = run([exe, "--precision", p, "--threads", str(t), "--no-progress",
-                          "--sample-len", "0"] + common, TESSERA_SPEED, {})
-            pl, ps = torch_cache[(tp, t)]
-            rows.append((p, t, tp, pl, tl, ps, ts))
+                    TORCH_SPEED, {"OMP_NUM_THREADS": str(t)}))
+            for p in precisions:
+                print(f"[compare] round {r + 1}/{args.repeat}: tessera {p}, {t} thread(s)",
+                      file=sys.stderr)
+                tessera_runs[p].append(run([exe, "--precision", p, "--threads", str(t),
+                                            "--no-progress", "--sample-len", "0"] + common,
+                                           TESSERA_SPEED, {}))
+        for p in precisions:
+            tp = torch_of[p]
+            pt, tt = torch_runs[tp], tessera_runs[p]
+            ratios = [b[1] / a[1] for a, b in zip(pt, tt)]
+            rows.append((p, t, tp, pt[-1][0], tt[-1][0], statistics.median(a[1] for a in pt),
+                         statistics.median(b[1] for b in tt), statistics.median(ratios),
+                         min(ratios), max(ratios)))
     print(f"\nCharacter GPT ({args.layers} layers, {args.heads} heads, width {args.width}, "
           f"context {args.context}), {args.steps} steps of "
-          f"batch {args.batch}, seed {args.seed}, PyTorch {torch.__version__}\n")
+          f"batch {args.batch}, seed {args.seed}, PyTorch {torch.__version__}"
+          + (f"; medians of {args.repeat} rounds" if args.repeat > 1 else "") + "\n")
+    many = args.repeat > 1
     print("| tessera precision | threads | PyTorch (precision) | PyTorch val loss | tessera val loss "
-          "| PyTorch tokens/s | tessera tokens/s | speed ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for p, t, tp, pl, tl, ps, ts in rows:
-        print(f"| {p} | {t} | {tp} | {pl:.3f} | {tl:.3f} | {ps:.0f} | {ts:.0f} | {ts / ps:.2f}x |")
+          "| PyTorch tokens/s | tessera tokens/s | speed ratio |" + (" ratio range |" if many else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if many else ""))
+    for p, t, tp, pl, tl, ps, ts, ratio, lo, hi in rows:
+        print(f"| {p} | {t} | {tp} | {pl:.3f} | {tl:.3f} | {ps:.0f} | {ts:.0f} | {ratio:.2f}x |"
+              + (f" {lo:.2f}-{hi:.2f}x |" if many else ""))
 
 
 if __name__ == "__main__":
