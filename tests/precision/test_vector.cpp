@@ -121,18 +121,26 @@ void check_vector_equals_scalar(const std::vector<From>& src) {
   }
 }
 
+// f.template operator()<To, Policy>() for every narrow target (bf16, fp16, e4m3, e5m2) and
+// both overflow policies.
+template <class F>
+void for_each_narrow_target(const F& f) {
+  using namespace tessera;
+  f.template operator()<bf16, overflow_to_inf_nan>();
+  f.template operator()<bf16, saturate>();
+  f.template operator()<fp16, overflow_to_inf_nan>();
+  f.template operator()<fp16, saturate>();
+  f.template operator()<fp8_e4m3, overflow_to_inf_nan>();
+  f.template operator()<fp8_e4m3, saturate>();
+  f.template operator()<fp8_e5m2, overflow_to_inf_nan>();
+  f.template operator()<fp8_e5m2, saturate>();
+}
+
 template <class From>
 void check_all_targets(const std::vector<From>& src) {
-  using namespace tessera;
-  check_vector_equals_scalar<fp32, overflow_to_inf_nan>(src);
-  check_vector_equals_scalar<bf16, overflow_to_inf_nan>(src);
-  check_vector_equals_scalar<bf16, saturate>(src);
-  check_vector_equals_scalar<fp16, overflow_to_inf_nan>(src);
-  check_vector_equals_scalar<fp16, saturate>(src);
-  check_vector_equals_scalar<fp8_e4m3, overflow_to_inf_nan>(src);
-  check_vector_equals_scalar<fp8_e4m3, saturate>(src);
-  check_vector_equals_scalar<fp8_e5m2, overflow_to_inf_nan>(src);
-  check_vector_equals_scalar<fp8_e5m2, saturate>(src);
+  check_vector_equals_scalar<tessera::fp32, overflow_to_inf_nan>(src);
+  for_each_narrow_target(
+      [&]<class To, class Policy>() { check_vector_equals_scalar<To, Policy>(src); });
 }
 
 } // namespace
@@ -313,15 +321,7 @@ TEST_CASE("the vector encoders equal the scalar ones over a sweep of all exponen
       floats.push_back(tessera::detail::bit_cast<float>(hi << 11 | lo));
   std::mt19937 rng(23);
   std::shuffle(floats.begin(), floats.end(), rng);
-  using namespace tessera;
-  check_float_sweep<fp8_e4m3, saturate>(floats);
-  check_float_sweep<fp8_e4m3, overflow_to_inf_nan>(floats);
-  check_float_sweep<fp8_e5m2, saturate>(floats);
-  check_float_sweep<fp8_e5m2, overflow_to_inf_nan>(floats);
-  check_float_sweep<fp16, saturate>(floats);
-  check_float_sweep<fp16, overflow_to_inf_nan>(floats);
-  check_float_sweep<bf16, saturate>(floats);
-  check_float_sweep<bf16, overflow_to_inf_nan>(floats);
+  for_each_narrow_target([&]<class To, class Policy>() { check_float_sweep<To, Policy>(floats); });
 }
 
 TEST_CASE("rounding edge cases: e4m3", "[precision][fp8_e4m3]") {
