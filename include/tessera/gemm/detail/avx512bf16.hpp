@@ -67,6 +67,9 @@ struct dpbf16_kernel {
   /// blocking::b_bytes.
   static constexpr index_t NC_max = 1024;
   using packed_t = std::uint16_t;
+  /// How far ahead (in pairs of K rows) the packing of row-major B and transposed A prefetches
+  /// (host_pack.hpp, prefetch_bytes): 8 pairs, 16 rows.
+  static constexpr index_t prefetch_pairs = 8;
 
   /// Rows r < rows of `src` (row stride ld elements, kc elements each, K contiguous) as bf16
   /// pairs into d[q * MR + r] (q < kcp / 2), rows up to MR zero. bf16 rows of even length are
@@ -95,9 +98,14 @@ struct dpbf16_kernel {
     const S* base = a.data() + i0 * s0 + p0 * s1;
     if (s1 == 1) {
       // Rows of K are contiguous: per panel a transpose of rows x kc/2 pairs.
-      for (index_t ip = 0; ip < mc; ip += MR)
+      for (index_t ip = 0; ip < mc; ip += MR) {
+        // The next panel's rows prefetched while this one is transposed (14 streams at once
+        // are more than the hardware prefetchers keep).
+        for (index_t r = ip + MR; r < std::min(ip + 2 * MR, mc); ++r)
+          prefetch_bytes(base + r * s0, std::size_t(kc) * sizeof(S));
         pairs_from_rows(base + ip * s0, s0, std::min(MR, mc - ip), kc,
                         reinterpret_cast<std::uint32_t*>(dst + ip * kcp), MR, MR);
+      }
     } else if (s0 == 1) {
       // Columns of M are contiguous: columns 2q and 2q + 1 (sequential reads) interleaved into
       // pairs, MR rows to each panel.
@@ -106,6 +114,8 @@ struct dpbf16_kernel {
       for (index_t q = 0; q < kq; ++q) {
         const index_t p = 2 * q;
         const bool two = p + 1 < kc;
+        for (index_t f = p + 2 * prefetch_pairs; f < p + 2 * prefetch_pairs + 2 && f < kc; ++f)
+          prefetch_bytes(base + f * s1, std::size_t(mc) * sizeof(S));
         const std::uint16_t *c0 = col0, *c1 = col1;
         if constexpr (std::is_same_v<S, bfloat16>) {
           c0 = reinterpret_cast<const std::uint16_t*>(base + p * s1);
@@ -162,6 +172,8 @@ struct dpbf16_kernel {
       for (index_t q = 0; q < kq; ++q) {
         const index_t p = 2 * q;
         const bool two = p + 1 < kc;
+        for (index_t f = p + 2 * prefetch_pairs; f < p + 2 * prefetch_pairs + 2 && f < kc; ++f)
+          prefetch_bytes(base + f * s0, std::size_t(nc) * sizeof(S));
         const std::uint16_t *r0, *r1;
         if constexpr (std::is_same_v<S, bfloat16>) {
           r0 = reinterpret_cast<const std::uint16_t*>(base + p * s0);

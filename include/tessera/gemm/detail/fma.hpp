@@ -118,6 +118,8 @@ struct fma_kernel {
   /// rows, a few KiB apart, stay in L2. Larger B (2048^3, or B re-read for many row blocks of
   /// A) ran 2 to 8% slower unpacked: rows 8 or 16 KiB apart compete for a few cache sets.
   static constexpr index_t in_place_b_bytes = index_t(1) << 20;
+  /// How many rows ahead the packing of a transposed A prefetches (host_pack.hpp).
+  static constexpr index_t prefetch_rows = 16;
 
   /// A(i0 .. i0+mc, p0 .. p0+kc) into micro-panels [mc/MR][kc][MR], rows past mc zero.
   template <class VA>
@@ -131,6 +133,9 @@ struct fma_kernel {
       for (index_t ip = 0; ip < mc; ip += MR) {
         const index_t rows = std::min(MR, mc - ip);
         const S* src = base + ip * s0;
+        // The next panel's rows prefetched (host_pack.hpp, prefetch_bytes).
+        for (index_t r = ip + MR; r < std::min(ip + 2 * MR, mc); ++r)
+          prefetch_bytes(base + r * s0, std::size_t(kc) * sizeof(S));
         if constexpr (std::is_same_v<S, float>) {
           transpose_words(src, s0 * 4, rows, kc, dst + ip * kc, MR, MR);
         } else {
@@ -143,6 +148,8 @@ struct fma_kernel {
       // Columns of M are contiguous: column by column (sequential reads), MR rows to each panel.
       float col[MC];
       for (index_t p = 0; p < kc; ++p) {
+        if (p + prefetch_rows < kc)
+          prefetch_bytes(base + (p + prefetch_rows) * s1, std::size_t(mc) * sizeof(S));
         const float* c;
         if constexpr (std::is_same_v<S, float>) {
           c = base + p * s1;
@@ -178,6 +185,9 @@ struct fma_kernel {
       float row[NR];
       for (index_t r0 = 0; r0 < kc; r0 += rows_per_step) {
         const index_t r1 = std::min(kc, r0 + rows_per_step);
+        // The step after next's rows prefetched (host_pack.hpp, prefetch_bytes).
+        for (index_t p = r0 + 2 * rows_per_step; p < std::min(kc, r0 + 3 * rows_per_step); ++p)
+          prefetch_bytes(base + p * s0, std::size_t(nc) * sizeof(S));
         for (index_t jp = 0; jp < nc; jp += NR) {
           const index_t cols = std::min(NR, nc - jp);
           float* d = dst + jp * kc;
