@@ -17,7 +17,10 @@
 /// k, v are kept in bf16 when the activations are bf16 (their exact values, half the bytes)
 /// and multiplied as bf16 pairs by VDPBF16PS for the scores q k^T and dO v^T where the CPU has
 /// AVX512_BF16 (exact products, fp32 sums), else widened to fp32 as they are used; the softmax
-/// and its statistics are fp32, o is rounded once to the activation precision.
+/// and its statistics are fp32, o is rounded once to the activation precision. With
+/// VDPBF16PS (a head width a multiple of 16 and an even tile), P V and dS K take P and dS
+/// rounded to bf16 (as FlashAttention's bf16 kernels do), k and v kept as pairs of adjacent
+/// keys; P^T dO and dS^T Q stay fp32 products.
 ///
 /// The core is computed tile by tile with an online softmax (the FlashAttention idea, Dao et
 /// al. 2022; backward as FlashAttention-2, Dao 2023): one work item per (batch, head, tile of
@@ -58,6 +61,14 @@
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/transform.hpp>
 #include <boost/hana/tuple.hpp>
+
+#if !TESSERA_DEVICE_PASS && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include <immintrin.h>
+/// P V and dS K on VDPBF16PS (see tiled_attention_core::key_pairs_possible) compiled in.
+#define TESSERA_NN_ATTENTION_PAIRS 1
+#else
+#define TESSERA_NN_ATTENTION_PAIRS 0
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -106,14 +117,26 @@ public:
   /// dO v^T from bf16 q and dO rows two head columns per instruction (half the instructions of
   /// widening each element to fp32); without it the pairs are widened two lanes at a time.
   static constexpr bool paired = std::is_same_v<kv_type, bfloat16> && head_dim % 2 == 0;
+  /// Whether k and v can be kept as pairs of adjacent keys, (t/2, d) pairs per head (pair
+  /// (j/2, e) = {k[j][e], k[j + 1][e]}, the last key of an odd t paired with a zero): the
+  /// operand layout of VDPBF16PS for P V (forward) and dS K (backward), which then take P and
+  /// dS rounded to bf16 (as FlashAttention's bf16 kernels do; fp32 sums), two keys per
+  /// instruction. forward keeps them so where the scores use VDPBF16PS, the head width is a
+  /// whole number of 16-lane vectors and the tile is even (tiles then start on a pair);
+  /// backward reads the layout forward chose.
+  static constexpr bool key_pairs_possible = paired && head_dim % 16 == 0;
   /// The bytes forward keeps for backward: q, k, k^T, v, v^T and the log-sum-exp per row.
-  static constexpr std::size_t saved_bytes(index_t B, index_t t) {
-    return std::size_t(B * NH * t) * sizeof(float) + std::size_t(5 * B * t * W) * sizeof(kv_type);
+  /// (k and v as key pairs: t rounded up to even for those two.)
+  static constexpr std::size_t saved_bytes(index_t B, index_t t, bool key_pairs = false) {
+    return std::size_t(B * NH * t) * sizeof(float) +
+           std::size_t(3 * B * t * W + 2 * B * key_rows(t, key_pairs) * W) * sizeof(kv_type);
   }
   /// Whether the scores use VDPBF16PS where it can (paired, the translation unit compiled for
   /// AVX512_BF16 and the CPU reporting it): true by default; tests set false to check the
   /// widening path on the same machine.
   void set_dot_products(bool on) noexcept { dot_products_ = on; }
+  /// Whether the last forward kept k and v as key pairs (key_pairs_possible).
+  bool key_pairs() const noexcept { return key_pairs_; }
   bool dot_products() const noexcept {
 #if !TESSERA_DEVICE_PASS && defined(__AVX512BF16__) && defined(__AVX512BW__)
     return paired && dot_products_ && cpu::has_avx512bf16();
@@ -125,17 +148,21 @@ public:
   /// out (B, t, W) = the heads' causal attention of qkv (B, t, 3W); keeps what backward needs.
   template <class Exec, class S>
   void forward(const Exec& exec, const S* qkv, index_t B, index_t t, storage_t<Act>* out) {
-    pack(exec, qkv, B, t);
-    const index_t tile = tile_, tiles = (t + tile - 1) / tile;
+    const bool dot = dot_products();
+    const bool kp = key_pairs_ = uses_key_pairs<Exec, S>(dot);
+    pack(exec, qkv, B, t, kp);
+    const index_t tile = tile_, tiles = (t + tile - 1) / tile, tk = key_rows(t, kp);
     float* lse = lse_.get(B * NH * t);
     const kv_type *q = q_.data(), *kt = kt_.data(), *v = v_.data();
     constexpr index_t d = head_dim;
     const float scale = 1.f / std::sqrt(float(d));
-    const bool dot = dot_products();
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
     using scratch_view = scratch_view_t<Exec>;
-    const std::size_t floats = std::size_t(tile * tile + tile * d + 2 * tile);
+    // (and, with key pairs, the probabilities in bf16: tile x pair_ld(tile) of them)
+    const index_t ld16 = pair_ld(tile);
+    const std::size_t floats =
+        std::size_t(tile * tile + tile * d + 2 * tile) + (kp ? std::size_t(tile * ld16 / 2) : 0);
     const int level = scratch_level(floats);
     Kokkos::parallel_for(
         "tessera::nn::CausalSelfAttention::forward[core]",
@@ -153,7 +180,7 @@ public:
           float* l = m + tile;                // running sum per row
           const kv_type* qh = q + bh * t * d; // (t, d)
           const kv_type* kth = kt + bh * d * t;
-          const kv_type* vh = v + bh * t * d;
+          const kv_type* vh = v + bh * tk * d;
           for (index_t r = 0; r < nq; ++r) {
             m[r] = -3.0e38f;
             l[r] = 0.f;
@@ -185,6 +212,13 @@ public:
               }
               l[r] += exp_shifted(sr, valid, nz, m[r]);
             }
+#if TESSERA_NN_ATTENTION_PAIRS
+            if (kp) {
+              accumulate_pairs(acc, d, s, tile, reinterpret_cast<std::uint16_t*>(l + tile), ld16,
+                               vh + j0 * d, i0, j0, nq, nk);
+              continue;
+            }
+#endif
             accumulate(acc, d, s, vh + j0 * d, i0, j0, nq, nk, tile);
           }
           for (index_t r = 0; r < nq; ++r) {
@@ -207,7 +241,7 @@ public:
         });
     exec.fence();
     fwd_scratch_ = std::size_t(exec.concurrency()) * floats * sizeof(float);
-    scratch_bytes_ = saved_bytes(B, t) + fwd_scratch_;
+    scratch_bytes_ = saved_bytes(B, t, kp) + fwd_scratch_;
   }
 
   /// dqkv (B, t, 3W, fp32) of dout = dL/do (B, t, W) and o (B, t, W), the last forward's.
@@ -267,10 +301,14 @@ public:
     const do_type* dop = dop_w;
     const float scale = 1.f / std::sqrt(float(d));
     const bool dot = dot_products();
+    // k as key pairs when forward kept it so (dS in bf16 then: tile x pair_ld(tile) more).
+    const bool kp = key_pairs_;
+    const index_t tk = key_rows(t, kp), ld16 = pair_ld(tile);
     using policy_t = Kokkos::TeamPolicy<Exec>;
     using member_t = typename policy_t::member_type;
     using scratch_view = scratch_view_t<Exec>;
-    const std::size_t floats = std::size_t(2 * tile * tile + 2 * tile * d);
+    const std::size_t floats =
+        std::size_t(2 * tile * tile + 2 * tile * d) + (kp ? std::size_t(tile * ld16 / 2) : 0);
     const int level = scratch_level(floats);
     // One pass, one work item per (batch, head): for each key tile, over the query tiles at or
     // after it, dV_j += P^T dO_i, dK_j += dS^T Q_i and dQ_i += dS K_j, dQ accumulated in place in
@@ -289,7 +327,7 @@ public:
           float* dk = dp + tile * tile;
           float* dv = dk + tile * d;
           const kv_type* qh = q + bh * t * d;
-          const kv_type* kh = k + bh * t * d;
+          const kv_type* kh = k + bh * tk * d;
           const kv_type* kth = kt + bh * d * t;
           const kv_type* vth = vt + bh * d * t;
           const do_type* doh = dop + bh * t * d;
@@ -304,6 +342,14 @@ public:
               probs_and_dscores(s, dp, qh, kth, doh, vth, lse + bh * t, di + bh * t, i0, j0, nq, nk,
                                 tile, t, scale, dot);
               accumulate_t(dv, dk, s, dp, doh + i0 * d, qh + i0 * d, i0, j0, nq, nk, tile);
+#if TESSERA_NN_ATTENTION_PAIRS
+              if (kp) {
+                accumulate_pairs(dqh + i0 * 3 * W, 3 * W, dp, tile,
+                                 reinterpret_cast<std::uint16_t*>(dv + tile * d), ld16, kh + j0 * d,
+                                 i0, j0, nq, nk);
+                continue;
+              }
+#endif
               accumulate(dqh + i0 * 3 * W, 3 * W, dp, kh + j0 * d, i0, j0, nq, nk, tile);
             }
             // dK = dS^T q / sqrt d.
@@ -319,7 +365,7 @@ public:
         });
     exec.fence();
     scratch_bytes_ =
-        saved_bytes(B, t) + std::size_t(B * t * W) * sizeof(do_type) +
+        saved_bytes(B, t, kp) + std::size_t(B * t * W) * sizeof(do_type) +
         std::size_t(B * NH * t) * sizeof(float) +
         std::max(fwd_scratch_, std::size_t(exec.concurrency()) * floats * sizeof(float));
   }
@@ -625,6 +671,109 @@ private:
                          block_keys(i0, r0, 1, j0, nk), ld);
   }
 
+  /// Rows of k and v kept per head: t, or t rounded up to a whole pair with key pairs.
+  static constexpr index_t key_rows(index_t t, bool key_pairs) {
+    return key_pairs ? (t + 1) / 2 * 2 : t;
+  }
+  /// Query rows per register block of the key-pair products (8: 16 independent accumulators
+  /// over a head width of 32, enough to hide VDPBF16PS's latency on two pipes).
+  static constexpr index_t pair_rows = 8;
+  /// Row stride of the bf16 probabilities: a row's key count plus a block's extra keys, in
+  /// whole 32-lane batches.
+  static constexpr index_t pair_ld(index_t tile) {
+    return (tile + pair_rows + 31) / 32 * 32;
+  }
+  /// Whether forward keeps k and v as key pairs (see key_pairs_possible): `dot` (the scores on
+  /// VDPBF16PS), an even tile, a host space and inputs already in kv_type (copied bit for bit).
+  template <class Exec, class S>
+  bool uses_key_pairs(bool dot) const noexcept {
+    if constexpr (key_pairs_possible && std::is_same_v<S, kv_type> &&
+                  tessera::detail::is_host_exec_v<Exec>)
+      return TESSERA_NN_ATTENTION_PAIRS && dot && tile_ % 2 == 0;
+    else
+      return false;
+  }
+
+#if TESSERA_NN_ATTENTION_PAIRS
+  /// The first k of 16 lanes (none for k <= 0).
+  static __mmask16 first16(index_t k) noexcept {
+    return k <= 0 ? __mmask16(0) : k >= 16 ? __mmask16(0xffff) : __mmask16((1u << k) - 1u);
+  }
+  /// Rows r < nq of p (fp32, row stride ld; the query tile at i0, the key tile at j0) rounded
+  /// to bf16 (round to nearest even) into p16 (row stride ld16): the columns below the row's key
+  /// count exact roundings, the rest zero as far as a register block of pair_rows rows and the
+  /// partner of its last key read (the masked entries of p are not read).
+  static void round_probs(const float* p, index_t ld, std::uint16_t* p16, index_t ld16, index_t i0,
+                          index_t j0, index_t nq, index_t nk) {
+    for (index_t r = 0; r < nq; ++r) {
+      const index_t valid = causal_keys(i0 + r, j0, nk);
+      const index_t n = std::min((valid + pair_rows + 31) / 32 * 32, ld16);
+      const float* pr = p + r * ld;
+      std::uint16_t* out = p16 + r * ld16;
+      for (index_t c = 0; c < n; c += 32) {
+        const __m512 lo = _mm512_maskz_loadu_ps(first16(valid - c), pr + c);
+        const __m512 hi = _mm512_maskz_loadu_ps(first16(valid - c - 16), pr + c + 16);
+        _mm512_storeu_si512(out + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      }
+    }
+  }
+  /// NR rows of out (stride ostride, d wide) += p16 (NR rows of bf16, stride ld16) times rows2
+  /// (the key tile's k or v as key pairs) over keys [0, nc) (and the odd last key's partner,
+  /// whose probability is zero): per pair of keys, d/16 loads and NR broadcasts of a row's pair
+  /// of probabilities, NR d/16 VDPBF16PS.
+  template <index_t NR>
+  static void accumulate_rows_pairs(float* out, index_t ostride, const std::uint16_t* p16,
+                                    index_t ld16, const kv_type* rows2, index_t nc) {
+    constexpr index_t V = head_dim / 16;
+    __m512 acc[NR][V];
+    for (index_t r = 0; r < NR; ++r)
+      for (index_t k = 0; k < V; ++k) acc[r][k] = _mm512_loadu_ps(out + r * ostride + 16 * k);
+    const index_t n2 = (nc + 1) / 2;
+    for (index_t c2 = 0; c2 < n2; ++c2) {
+      __m512bh b[V];
+      for (index_t k = 0; k < V; ++k)
+        b[k] = (__m512bh)_mm512_loadu_si512(rows2 + 2 * (c2 * head_dim + 16 * k));
+      for (index_t r = 0; r < NR; ++r) {
+        std::int32_t pair;
+        std::memcpy(&pair, p16 + r * ld16 + 2 * c2, sizeof pair);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+        for (index_t k = 0; k < V; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], a, b[k]);
+      }
+    }
+    for (index_t r = 0; r < NR; ++r)
+      for (index_t k = 0; k < V; ++k) _mm512_storeu_ps(out + r * ostride + 16 * k, acc[r][k]);
+  }
+  /// out (nq rows of d, stride ostride) += p (nq x nk fp32, stride ld) times rows2 (the key
+  /// tile's k or v as key pairs), p rounded to bf16 first (into p16, stride ld16), over the keys
+  /// each row block may see.
+  static void accumulate_pairs(float* out, index_t ostride, const float* p, index_t ld,
+                               std::uint16_t* p16, index_t ld16, const kv_type* rows2, index_t i0,
+                               index_t j0, index_t nq, index_t nk) {
+    round_probs(p, ld, p16, ld16, i0, j0, nq, nk);
+    index_t r0 = 0;
+    for (; r0 + pair_rows <= nq; r0 += pair_rows)
+      accumulate_rows_pairs<pair_rows>(out + r0 * ostride, ostride, p16 + r0 * ld16, ld16, rows2,
+                                       block_keys(i0, r0, pair_rows, j0, nk));
+    for (; r0 + 4 <= nq; r0 += 4)
+      accumulate_rows_pairs<4>(out + r0 * ostride, ostride, p16 + r0 * ld16, ld16, rows2,
+                               block_keys(i0, r0, 4, j0, nk));
+    for (; r0 < nq; ++r0)
+      accumulate_rows_pairs<1>(out + r0 * ostride, ostride, p16 + r0 * ld16, ld16, rows2,
+                               block_keys(i0, r0, 1, j0, nk));
+  }
+  /// The key pairs of rows a and b (b null: a zero row), d bf16 each, into dst (d pairs).
+  static void interleave_keys(const kv_type* a, const kv_type* b, kv_type* dst) {
+    for (index_t e = 0; e < head_dim; e += 16) {
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(a + e)));
+      const __m512i hi =
+          b ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(b + e))),
+                                16)
+            : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + 2 * e, _mm512_or_si512(lo, hi));
+    }
+  }
+#endif
+
   /// NC keys (columns c0 .. of the tile) of dv += P^T g and dk += dS^T a over query rows
   /// [r0, nq) (P, dS zero where masked), accumulated in registers.
   template <index_t NC, class G, class A>
@@ -711,12 +860,12 @@ private:
   }
 
   /// qkv (B, t, 3W) -> q, k, v (B, NH, t, d) and k^T, v^T (B, NH, d, t; as pairs when paired,
-  /// see kt_at) in kv_type.
+  /// see kt_at) in kv_type; k and v as key pairs (B, NH, t/2, d pairs) where `key_pairs`.
   template <class Exec, class S>
-  void pack(const Exec& exec, const S* in, index_t B, index_t t) {
+  void pack(const Exec& exec, const S* in, index_t B, index_t t, bool key_pairs) {
     constexpr index_t d = head_dim;
-    const index_t n = B * t * W;
-    kv_type *q = q_.get(n), *k = k_.get(n), *kt = kt_.get(n), *v = v_.get(n), *vt = vt_.get(n);
+    const index_t n = B * t * W, nkv = B * key_rows(t, key_pairs) * W;
+    kv_type *q = q_.get(n), *k = k_.get(nkv), *kt = kt_.get(n), *v = v_.get(nkv), *vt = vt_.get(n);
     // One work item per (batch, head, block of RB rows): the rows' q, k, v copied, then the
     // block's columns of k^T, v^T written RB contiguous floats at a time from the k, v rows
     // just written (still in cache); a row at a time would write k^T with a stride of t floats.
@@ -728,6 +877,32 @@ private:
         Kokkos::RangePolicy<Exec>(exec, 0, B * NH * blocks), KOKKOS_LAMBDA(const index_t w) {
           const index_t bh = w / blocks, i0 = (w % blocks) * RB, b = bh / NH, h = bh % NH;
           const index_t i1 = i0 + RB < t ? i0 + RB : t;
+#if TESSERA_NN_ATTENTION_PAIRS
+          if constexpr (key_pairs_possible && std::is_same_v<S, kv_type> &&
+                        tessera::detail::is_host_exec_v<Exec>) {
+            if (key_pairs) {
+              // q rows copied; k, v rows i, i + 1 (i0 even) interleaved into key pairs; k^T and
+              // v^T transposed from the input rows (pairs of head columns are its 32-bit words).
+              const index_t tk = key_rows(t, true);
+              for (index_t i = i0; i < i1; ++i)
+                std::memcpy(q + (bh * t + i) * d, in + (b * t + i) * 3 * W + h * d,
+                            d * sizeof(kv_type));
+              for (index_t i = i0; i < i1; i += 2) {
+                const S* r0 = in + (b * t + i) * 3 * W + h * d;
+                const S* r1 = i + 1 < t ? r0 + 3 * W : nullptr;
+                interleave_keys(r0 + W, r1 ? r1 + W : nullptr, k + (bh * tk + i) * d);
+                interleave_keys(r0 + 2 * W, r1 ? r1 + 2 * W : nullptr, v + (bh * tk + i) * d);
+              }
+              const S* base = in + (b * t + i0) * 3 * W + h * d;
+              const index_t rows = i1 - i0, lds = 3 * W * index_t(sizeof(kv_type));
+              tessera::detail::hostgemm::transpose_words(base + W, lds, rows, d / 2,
+                                                         kt + bh * d * t + 2 * i0, t, rows);
+              tessera::detail::hostgemm::transpose_words(base + 2 * W, lds, rows, d / 2,
+                                                         vt + bh * d * t + 2 * i0, t, rows);
+              return;
+            }
+          }
+#endif
           for (index_t i = i0; i < i1; ++i) {
             const auto* row = in + (b * t + i) * 3 * W + h * d;
             const index_t o = (bh * t + i) * d;
@@ -777,6 +952,7 @@ private:
       v_{"attention.v"}, vt_{"attention.vt"}, do16_{"attention.do"};
   index_t tile_ = 64;
   bool dot_products_ = true;
+  bool key_pairs_ = false; // the layout of k_ and v_ the last forward chose
   std::size_t scratch_bytes_ = 0, fwd_scratch_ = 0;
 };
 
