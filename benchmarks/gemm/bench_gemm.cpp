@@ -3,7 +3,9 @@
 // (fp32 and bf16 -> fp32), measured in the same run, on 1 thread (tessera on Kokkos::Serial,
 // the anchors set to 1 thread) and 2 threads (Kokkos::OpenMP, anchors set to 2 threads).
 //
-// Shapes (M, N, K): square 64 .. 2048 and (4096, 1024, 1024), (64, 4096, 4096) (issue 3).
+// Shapes (M, N, K): square 64 .. 2048 and (4096, 1024, 1024), (64, 4096, 4096) (issue 3); and
+// cold/...: the char GPT's weight-gradient shapes with a transposed A and operands out of cache
+// (bm_cold), tessera only.
 // Filter with Google Benchmark's --benchmark_filter, e.g. '1024x1024x1024/threads:1/' or
 // 'tessera_bf16|onednn_bf16'; the summary tables show what ran.
 //
@@ -389,6 +391,59 @@ void register_all() {
     }
 }
 
+/// The weight-gradient GEMMs of the char GPT (dW (Out, In) = dY^T X over B t = 2048 rows: (M,
+/// N, K) = (Out, In, 2048)) with operands out of cache, as in training, where a layer's saved
+/// input and its output gradient come back from memory: A = dY^T is a transposed view (the
+/// strided packing path), and each call takes the next of enough copies of A and B to pass
+/// 64 MiB (more than the last-level cache). 1 thread; named cold/MxNxK/threads:1/tessera_P,
+/// outside the tables (no anchor runs this form).
+template <class P>
+void bm_cold(benchmark::State& st, shape s, const std::string& impl) {
+#if defined(KOKKOS_ENABLE_SERIAL)
+  const Kokkos::Serial exec;
+  using tensor = tessera::Tensor<P, tessera::dextents<2>, tessera::layout_right, Kokkos::HostSpace>;
+  const std::size_t bytes = std::size_t(s.k * (s.m + s.n)) * sizeof(tessera::storage_t<P>);
+  const std::size_t copies = std::max<std::size_t>(2, (std::size_t(64) << 20) / bytes + 1);
+  std::vector<tensor> as, bs;
+  for (std::size_t i = 0; i < copies; ++i) {
+    as.emplace_back("a", s.k, s.m); // dY (K, M): A = dY^T
+    bs.emplace_back("b", s.k, s.n);
+    tessera::fill_uniform(exec, as.back(), std::uint64_t(2 * i + 1), -1.f, 1.f);
+    tessera::fill_uniform(exec, bs.back(), std::uint64_t(2 * i + 2), -1.f, 1.f);
+  }
+  tessera::Tensor<tessera::fp32, tessera::dextents<2>, tessera::layout_right, Kokkos::HostSpace> c(
+      "c", s.m, s.n);
+  std::size_t next = 0;
+  timed_loop(st, s, 1, impl, [&] {
+    tessera::gemm(exec, tessera::transpose(as[next].view()), bs[next], c);
+    next = (next + 1) % copies;
+  });
+#else
+  st.SkipWithError("Kokkos::Serial is not enabled");
+  for (auto _ : st) {
+  }
+  (void)s;
+  (void)impl;
+#endif
+}
+
+void register_cold() {
+  for (const shape s : {shape{512, 128, 2048}, shape{128, 512, 2048}, shape{384, 128, 2048},
+                        shape{128, 128, 2048}}) {
+    const std::string base = "cold/" + s.name() + "/threads:1/";
+    const auto reg = [&](const std::string& impl, auto fn) {
+      benchmark::RegisterBenchmark((base + impl).c_str(), fn)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
+    };
+    reg("tessera_fp32",
+        [=](benchmark::State& st) { bm_cold<tessera::fp32>(st, s, "tessera_fp32"); });
+    reg("tessera_bf16",
+        [=](benchmark::State& st) { bm_cold<tessera::bf16>(st, s, "tessera_bf16"); });
+  }
+}
+
 /// Fastest time of an implementation, or 0 if it did not run.
 double secs(const shape& s, int t, const char* impl) {
   const auto it = best_seconds.find(key(s, t, impl));
@@ -523,6 +578,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("bf16_peak_gflops_per_core", std::to_string(bf16_dot_peak));
   benchmark::AddCustomContext("amx_peak_gflops_per_core", std::to_string(amx_peak));
   register_all();
+  register_cold();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_tables();
