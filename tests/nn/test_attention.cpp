@@ -46,16 +46,18 @@ static_assert(
 static_assert(nn::layer_traits<nn::CausalSelfAttention<8, 2>>::forward_flops<extents<dyn, 4, 8>> ==
               8.0 * 4 * 64 + 2.0 * 4 * 5 * 8);
 
-void check_close(const char* what, const std::vector<double>& got, const std::vector<double>& want,
-                 double rel) {
+/// |got - want| <= extra[i] + rel * max|want| element by element: `extra` a rounding bound
+/// that depends on the terms of the element's sum, not on the largest result.
+void check_within(const char* what, const std::vector<double>& got, const std::vector<double>& want,
+                  const std::vector<double>& extra, double rel) {
   REQUIRE(got.size() == want.size());
+  REQUIRE(extra.size() == want.size());
   double mx = 0;
   for (double w : want) mx = std::max(mx, std::abs(w));
-  const double tol = rel * mx + 1e-30;
   int bad = 0;
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e = std::abs(got[i] - want[i]);
+    const double e = std::abs(got[i] - want[i]), tol = extra[i] + rel * mx + 1e-30;
     worst = std::max(worst, e);
     if (!(e <= tol) && bad++ < 5)
       FAIL_CHECK(what << "[" << i << "]: " << got[i] << " vs reference " << want[i] << " (tol "
@@ -65,22 +67,10 @@ void check_close(const char* what, const std::vector<double>& got, const std::ve
   CHECK(bad == 0);
 }
 
-/// As check_close, each element also allowed its own `extra` error (a rounding bound that
-/// depends on the terms of its sum, not on the largest result).
-void check_within(const char* what, const std::vector<double>& got, const std::vector<double>& want,
-                  const std::vector<double>& extra, double rel) {
-  REQUIRE(got.size() == want.size());
-  REQUIRE(extra.size() == want.size());
-  double mx = 0;
-  for (double w : want) mx = std::max(mx, std::abs(w));
-  int bad = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e = std::abs(got[i] - want[i]), tol = extra[i] + rel * mx + 1e-30;
-    if (!(e <= tol) && bad++ < 5)
-      FAIL_CHECK(what << "[" << i << "]: " << got[i] << " vs reference " << want[i] << " (tol "
-                      << tol << ")");
-  }
-  CHECK(bad == 0);
+/// check_within with no per-element allowance: rel of the largest reference element.
+void check_close(const char* what, const std::vector<double>& got, const std::vector<double>& want,
+                 double rel) {
+  check_within(what, got, want, std::vector<double>(want.size(), 0.0), rel);
 }
 
 template <index_t D, index_t H, class Prec = fp32>

@@ -695,10 +695,6 @@ private:
   }
 
 #if TESSERA_NN_ATTENTION_PAIRS
-  /// The first k of 16 lanes (none for k <= 0).
-  static __mmask16 first16(index_t k) noexcept {
-    return k <= 0 ? __mmask16(0) : k >= 16 ? __mmask16(0xffff) : __mmask16((1u << k) - 1u);
-  }
   /// Rows r < nq of p (fp32, row stride ld; the query tile at i0, the key tile at j0) rounded
   /// to bf16 (round to nearest even) into p16 (row stride ld16): the columns below the row's key
   /// count exact roundings, the rest zero as far as a register block of pair_rows rows and the
@@ -711,8 +707,8 @@ private:
       const float* pr = p + r * ld;
       std::uint16_t* out = p16 + r * ld16;
       for (index_t c = 0; c < n; c += 32) {
-        const __m512 lo = _mm512_maskz_loadu_ps(first16(valid - c), pr + c);
-        const __m512 hi = _mm512_maskz_loadu_ps(first16(valid - c - 16), pr + c + 16);
+        const __m512 lo = _mm512_maskz_loadu_ps(avx512::first_lanes(valid - c), pr + c);
+        const __m512 hi = _mm512_maskz_loadu_ps(avx512::first_lanes(valid - c - 16), pr + c + 16);
         _mm512_storeu_si512(out + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
       }
     }
