@@ -141,6 +141,13 @@ TEST_CASE("nn::GELU over many values: x Phi(x) and the kept derivative against d
     INFO("x = " << xv);
     CHECK(std::abs(y[i] - xv * cdf) <= 8 * u32 * std::abs(xv) + 1e-7);
     CHECK(std::abs(d[i] - (cdf + xv * phi)) <= 8 * u32 * (std::abs(xv) * phi + 1) + 1e-7);
+    // The left tail relative to its own size (Phi(x) = erfc(-x / sqrt 2) / 2, no cancellation
+    // against 1): x Phi(x) to 2^-12 down to x = -9 (Phi(-9) ~ 1e-19), where 0.5 (1 + erf(x /
+    // sqrt 2)) in float has no correct digit left beyond x ~ -5.5.
+    if (xv < 0 && xv >= -9) {
+      const double tail = xv * 0.5 * std::erfc(-xv / std::sqrt(2.0));
+      CHECK(std::abs(y[i] - tail) <= std::abs(tail) * std::ldexp(1.0, -12));
+    }
   }
   // bf16 storage (widened and rounded around the fp32 batches): each output is the fp32 result
   // rounded once: half a bf16 ulp (2^-9 relative) plus the fp32 error, checked as 2^-8.
