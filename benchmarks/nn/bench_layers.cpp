@@ -1,6 +1,7 @@
 // Per-layer time of one FashionCNN training step (the example's model, batch 64): forward and
 // backward of every layer on its own, in fp32, bf16 and fp8 compute precision, so a step's time
-// can be split into its parts and compared with the convolution / GEMM benchmarks. Layers with
+// can be split into its parts and compared with the convolution / GEMM benchmarks; and GELU on
+// the char GPT's MLP activations (`--benchmark_filter=gelu`, values per second). Layers with
 // a GEMM also report GFLOP/s (2 B M N K per GEMM: forward one, backward two, the first
 // convolution's backward one: nothing before it needs dx).
 //
@@ -115,6 +116,35 @@ void register_model(const std::string& name) {
   add_layer(p + "10.linear(128,10)", m, m->fc2, a9, a10, 2 * b * 128 * 10, true, 2);
 }
 
+/// GELU forward and backward on the char GPT's MLP activations (batch 16, context 128, width
+/// 512: 1 Mi values), reported as values per second (erf's cost is not a FLOP count).
+template <class P>
+void register_gelu(const std::string& name) {
+  const Kokkos::DefaultExecutionSpace exec;
+  auto g = std::make_shared<nn::GELU>();
+  const auto x = random_like(tessera::Tensor<P, extents<dyn, 128, 512>>("x", 16), 5);
+  const auto y = g->forward(exec, x);
+  const auto dy = random_like(y, 6);
+  const double n = double(x.size());
+  benchmark::RegisterBenchmark((name + "/gelu(16x128x512)/forward").c_str(),
+                               [g, x, exec, n](benchmark::State& st) {
+                                 for (auto _ : st) benchmark::DoNotOptimize(g->forward(exec, x));
+                                 st.counters["values/s"] = benchmark::Counter(
+                                     n, benchmark::Counter::kIsIterationInvariantRate);
+                               })
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark((name + "/gelu(16x128x512)/backward").c_str(),
+                               [g, x, dy, exec, n](benchmark::State& st) {
+                                 g->forward(exec, x);
+                                 for (auto _ : st) benchmark::DoNotOptimize(g->backward(exec, dy));
+                                 st.counters["values/s"] = benchmark::Counter(
+                                     n, benchmark::Counter::kIsIterationInvariantRate);
+                               })
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -122,6 +152,8 @@ int main(int argc, char** argv) {
   register_model<tessera::fp32>("fp32");
   register_model<tessera::bf16>("bf16");
   register_model<nn::fp8<>>("fp8");
+  register_gelu<tessera::fp32>("fp32");
+  register_gelu<tessera::bf16>("bf16");
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::ClearRegisteredBenchmarks(); // the models they hold go before Kokkos finalizes
