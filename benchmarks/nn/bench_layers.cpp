@@ -58,30 +58,35 @@ T random_like(const T& t, std::uint64_t seed) {
 }
 
 /// Registers forward and backward of one layer; x its input, y its output (from the chain).
+/// Each reports the rate counter `unit` of `amount` per forward and `backward_times` amount per
+/// backward (GFLOP/s of the GEMMs by default; nothing when amount is 0).
 template <class L, class X, class Y>
 void add_layer(const std::string& prefix, const std::shared_ptr<void>& keep, L& layer, X x, Y y,
-               double gemm_flops, bool need_dx, int backward_gemms) {
+               double amount, bool need_dx, int backward_times, const std::string& unit = "GFLOP/s",
+               double scale = 1e-9) {
   const Kokkos::DefaultExecutionSpace exec;
   const auto dy = random_like(y, 7);
   benchmark::RegisterBenchmark(
       (prefix + "/forward").c_str(),
-      [keep, &layer, x, exec, gemm_flops](benchmark::State& st) {
+      [keep, &layer, x, exec, amount, unit, scale](benchmark::State& st) {
         for (auto _ : st) benchmark::DoNotOptimize(layer.forward(exec, x));
-        if (gemm_flops > 0)
-          st.counters["GFLOP/s"] =
-              benchmark::Counter(gemm_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+        if (amount > 0)
+          st.counters[unit] =
+              benchmark::Counter(amount * scale, benchmark::Counter::kIsIterationInvariantRate);
       })
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
-  benchmark::RegisterBenchmark(
-      (prefix + "/backward").c_str(),
-      [keep, &layer, x, dy, exec, gemm_flops, need_dx, backward_gemms](benchmark::State& st) {
-        layer.forward(exec, x); // the state backward reads
-        for (auto _ : st) benchmark::DoNotOptimize(layer.backward(exec, dy, need_dx));
-        if (gemm_flops > 0)
-          st.counters["GFLOP/s"] = benchmark::Counter(
-              backward_gemms * gemm_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-      })
+  benchmark::RegisterBenchmark((prefix + "/backward").c_str(),
+                               [keep, &layer, x, dy, exec, amount, need_dx, backward_times, unit,
+                                scale](benchmark::State& st) {
+                                 layer.forward(exec, x); // the state backward reads
+                                 for (auto _ : st)
+                                   benchmark::DoNotOptimize(layer.backward(exec, dy, need_dx));
+                                 if (amount > 0)
+                                   st.counters[unit] = benchmark::Counter(
+                                       backward_times * amount * scale,
+                                       benchmark::Counter::kIsIterationInvariantRate);
+                               })
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
 }
@@ -124,25 +129,7 @@ void register_gelu(const std::string& name) {
   auto g = std::make_shared<nn::GELU>();
   const auto x = random_like(tessera::Tensor<P, extents<dyn, 128, 512>>("x", 16), 5);
   const auto y = g->forward(exec, x);
-  const auto dy = random_like(y, 6);
-  const double n = double(x.size());
-  benchmark::RegisterBenchmark((name + "/gelu(16x128x512)/forward").c_str(),
-                               [g, x, exec, n](benchmark::State& st) {
-                                 for (auto _ : st) benchmark::DoNotOptimize(g->forward(exec, x));
-                                 st.counters["values/s"] = benchmark::Counter(
-                                     n, benchmark::Counter::kIsIterationInvariantRate);
-                               })
-      ->Unit(benchmark::kMicrosecond)
-      ->UseRealTime();
-  benchmark::RegisterBenchmark((name + "/gelu(16x128x512)/backward").c_str(),
-                               [g, x, dy, exec, n](benchmark::State& st) {
-                                 g->forward(exec, x);
-                                 for (auto _ : st) benchmark::DoNotOptimize(g->backward(exec, dy));
-                                 st.counters["values/s"] = benchmark::Counter(
-                                     n, benchmark::Counter::kIsIterationInvariantRate);
-                               })
-      ->Unit(benchmark::kMicrosecond)
-      ->UseRealTime();
+  add_layer(name + "/gelu(16x128x512)", g, *g, x, y, double(x.size()), true, 1, "values/s", 1.0);
 }
 
 } // namespace
