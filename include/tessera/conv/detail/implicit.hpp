@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -233,19 +234,8 @@ void run(const Exec& exec, const geometry& g, const T* in, index_t in_ns, index_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward-weight
+// 16 x 16 transposes (AVX-512 when compiled for it)
 // ---------------------------------------------------------------------------------------------
-//
-// dW_g (cout x kred, i.e. K/groups x C/groups*R*S) = sum over pixels of dy_g x A^T, where A is
-// the forward pass's gathered input (pixels x kred). Here the reduction runs over pixels, which
-// are contiguous in both x and dy, and the GEMM's panels need it as their outer index: both
-// operands are transposed while packing, 16 x 16 floats at a time in registers (AVX-512). The
-// GEMM's rows are the taps kk (micro-panels of MR = 14 taps, gathered row by row into a small
-// dense block, then transposed), its columns the output channels (panels of NR = 32 dy rows,
-// transposed straight from dy), its reduction the KP <= KC pixels of a work unit (image, group,
-// pixel block). Each thread sums its units into its own fp32 dW^T (kred rounded up to MR, times
-// cout rounded up to NR, per group); the threads' sums are added in thread order at the end,
-// times alpha, into dw: deterministic for a thread count.
 
 /// Transposes 16 rows of n floats (row i at rows[i]; nullptr: zeros) into n rows of 16 at dst,
 /// row j at dst + j*dld (dld >= 16, or smaller when the rows are written in order and the
@@ -284,6 +274,212 @@ inline void transpose16(const float* const* rows, index_t n, float* dst, index_t
   for (; j < n; ++j)
     for (index_t i = 0; i < 16; ++i) dst[j * dld + i] = rows[i] ? rows[i][j] : 0.f;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Forward and stride-1 backward-data without packing A: direct reads of a padded band
+// ---------------------------------------------------------------------------------------------
+//
+// pack_pixels copies every tap's MR inputs into the A micro-panel (a run of 14 floats per tap
+// and panel: on a 32 -> 64 channel 3x3 layer of 14 x 14, a third of the time the micro-kernel
+// takes). When the stride is 1 or 2, the MR pixels of a panel read MR inputs sw apart from one
+// row of the input for every tap, so the micro-kernel can broadcast them straight from the
+// input if the input is zero-padded: each work unit copies the band of input rows it reads,
+// with its padding, once (cin x BH x Wp floats, about 1/(2 R S cout) of the unit's flops), and
+// tap kk of the panel whose first slot lies at offset o of the band reads band[off[kk] + o +
+// i*sw] (off[kk] = (c*BH + r*dh)*Wp + s*dw). A unit is a band of output rows; its slots (the
+// GEMM's rows) are laid out per output row, SP slots per row:
+//  - per row: SP = Wout rounded up to MR (14, 28, 56, 112 waste nothing), a panel never spans
+//    two rows; the band is Wp = (SP - 1)*sw + (S - 1)*dw + 1 wide, so garbage slots read zeros;
+//  - linear (stride 1, when Wout + (S-1)*dw < SP): SP = Wp = Wout + (S - 1)*dw, slot j of the
+//    band reads grid position j (S - 1 garbage slots per row, whose sums are never stored), so
+//    a 7 x 7 output uses 9 slots a row instead of 14.
+// The sums (slots x channels) are transposed 16 slots at a time into channel rows, and each
+// output row of a channel is stored as one contiguous run.
+
+/// The band layout of the direct path (see above).
+struct direct_layout {
+  bool ok = false;        ///< the direct path applies (stride 1 or 2, waste under 25%)
+  index_t SP = 0;         ///< slots per output row
+  index_t rows = 0;       ///< output rows per band (unit)
+  index_t bands = 0;      ///< bands per image
+  index_t BH = 0, Wp = 0; ///< rows and row length of the padded band
+  index_t cap = 0;        ///< slots of a C block: rows * SP rounded up to MR, then to 16
+  index_t units(const geometry& g) const noexcept { return g.N * g.G * bands; }
+  /// Floats of the band with slack for the garbage slots' reads past its end.
+  std::size_t band_floats(const geometry& g) const noexcept {
+    return static_cast<std::size_t>(g.cin * BH * Wp + cap * g.sw + 16);
+  }
+  /// Per thread: band, C block (cap x npad) and its transpose (npad x cap).
+  std::size_t part_floats(const geometry& g) const noexcept {
+    return (band_floats(g) + 15) / 16 * 16 + 2 * static_cast<std::size_t>(cap * g.npad());
+  }
+};
+
+inline direct_layout direct_layout_for(const geometry& g) {
+  direct_layout d;
+  if (g.sh < 1 || g.sh > 2 || g.sw < 1 || g.sw > 2 || g.Wout < 1 || g.Hout < 1) return d;
+  const index_t row_sp = (g.Wout + MR - 1) / MR * MR;
+  const index_t lin_wp = g.Wout + (g.S - 1) * g.dw;
+  const bool linear = g.sh == 1 && g.sw == 1 && lin_wp < row_sp;
+  d.SP = linear ? lin_wp : row_sp;
+  d.Wp = linear ? lin_wp : (row_sp - 1) * g.sw + (g.S - 1) * g.dw + 1;
+  if (4 * d.SP > 5 * g.Wout) return d; // more than 25% of the products wasted
+  const index_t per = std::max<index_t>(1, MC / d.SP);
+  d.bands = (g.Hout + per - 1) / per;
+  d.rows = (g.Hout + d.bands - 1) / d.bands;
+  d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
+  d.cap = ((d.rows * d.SP + MR - 1) / MR * MR + 15) / 16 * 16;
+  d.ok = true;
+  return d;
+}
+
+/// Threads of the direct path: one per unit at most.
+template <class Exec>
+int direct_parts(const Exec& exec, const geometry& g, const direct_layout& d) {
+  const index_t c = exec.concurrency();
+  return static_cast<int>(std::max<index_t>(1, std::min(c, d.units(g))));
+}
+
+/// The MR x NR tile at d (row stride ldd) = (acc ? d : 0) + sum over kk < kc of A(., kk) B(kk, .)
+/// with A(i, kk) = a0[off[kk] + i*SW] and B the packed weight panel b (kc x NR).
+template <index_t SW>
+[[gnu::noinline]] inline void micro_direct(index_t kc, const float* __restrict a0,
+                                           const index_t* __restrict off, const float* __restrict b,
+                                           float* __restrict d, index_t ldd, bool acc) {
+  using vf = kern::vf;
+  constexpr index_t L = kern::L, NV = kern::NV;
+  vf c[MR][NV];
+#pragma GCC unroll 14
+  for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (index_t v = 0; v < NV; ++v) c[r][v] = vf(0.f);
+  for (index_t p = 0; p < kc; ++p) {
+    const float* a = a0 + off[p];
+    vf bv[NV];
+#pragma GCC unroll 2
+    for (index_t v = 0; v < NV; ++v) bv[v] = vf::load_unaligned(b + p * NR + v * L);
+#pragma GCC unroll 14
+    for (index_t r = 0; r < MR; ++r) {
+      const vf av(a[r * SW]);
+#pragma GCC unroll 2
+      for (index_t v = 0; v < NV; ++v) c[r][v] = xsimd::fma(av, bv[v], c[r][v]);
+    }
+  }
+#pragma GCC unroll 14
+  for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (index_t v = 0; v < NV; ++v) {
+      float* q = d + r * ldd + v * L;
+      (acc ? c[r][v] + vf::load_unaligned(q) : c[r][v]).store_unaligned(q);
+    }
+}
+
+/// Copies input rows [h0, h0 + BH) (h0 may be negative; rows outside are zeros) of cin channel
+/// planes, each shifted right by pl columns and zero-padded to Wp, into band.
+template <class T>
+void fill_band(const geometry& g, const direct_layout& d, const T* in, index_t cs, index_t hs,
+               index_t h0, float* band) {
+  index_t lo, hi; // band columns holding input columns: wc = w + pl
+  valid_output_range(g.Win, d.Wp, 1, -g.pl, lo, hi);
+  for (index_t c = 0; c < g.cin; ++c)
+    for (index_t hr = 0; hr < d.BH; ++hr) {
+      float* row = band + (c * d.BH + hr) * d.Wp;
+      const index_t h = h0 + hr;
+      if (h < 0 || h >= g.Hin) {
+        std::memset(row, 0, sizeof(float) * static_cast<std::size_t>(d.Wp));
+        continue;
+      }
+      const T* src = in + c * cs + h * hs - g.pl;
+      for (index_t w = 0; w < lo; ++w) row[w] = 0.f;
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(row + lo, src + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
+      } else {
+        for (index_t w = lo; w < hi; ++w) row[w] = to_float(src[w]);
+      }
+      for (index_t w = hi; w < d.Wp; ++w) row[w] = 0.f;
+    }
+}
+
+/// run() through the direct path (d.ok): same operands, store(sums, k, dst, count) now reads
+/// count contiguous fp32 sums. scratch: g.kred() offsets (as index_t, rounded up to 16 bytes),
+/// then direct_parts(exec, g, d) * d.part_floats(g) floats, 64-byte aligned.
+template <class Exec, class T, class O, class Store>
+void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, const T* in,
+                index_t in_ns, index_t in_cs, index_t in_hs, const float* pb, O* out,
+                index_t out_ns, index_t out_cs, void* scratch, const Store& store) {
+  const int parts = direct_parts(exec, g, d);
+  const index_t units = d.units(g), kred = g.kred(), np = g.npad(), RS = g.R * g.S;
+  auto* off = static_cast<index_t*>(scratch);
+  for (index_t kk = 0; kk < kred; ++kk) {
+    const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
+    off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
+  }
+  float* base = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
+                                         round_up_64(sizeof(index_t) * kred));
+  const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g);
+  const auto body = [&](const int part) {
+    float* band = base + static_cast<std::size_t>(part) * per_part;
+    float* cb = band + (band_n + 15) / 16 * 16; // cap x np
+    float* ct = cb + d.cap * np;                // np x cap
+    std::memset(band + g.cin * d.BH * d.Wp, 0, sizeof(float) * (band_n - g.cin * d.BH * d.Wp));
+    const float* trows[16];
+    const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    for (index_t u = u0; u < u1; ++u) {
+      const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
+      const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
+      fill_band(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 * g.sh - g.pt, band);
+      for (index_t pc = 0; pc < kred; pc += KC) {
+        const index_t kc = std::min(KC, kred - pc);
+        const float* bs = pb + (gi * kred + pc) * np;
+        for (index_t ip = 0; ip < slots; ip += MR) {
+          // The band offset of slot ip: output row ip / SP, column ip % SP (any slot when linear).
+          const float* a0 = band + ip / d.SP * g.sh * d.Wp + ip % d.SP * g.sw;
+          for (index_t jp = 0; jp < np; jp += NR) {
+            float* c0 = cb + ip * np + jp;
+            if (g.sw == 1) {
+              micro_direct<1>(kc, a0, off + pc, bs + jp * kc, c0, np, pc > 0);
+            } else {
+              micro_direct<2>(kc, a0, off + pc, bs + jp * kc, c0, np, pc > 0);
+            }
+          }
+        }
+      }
+      // Channel rows: ct[j * cap + slot] = cb[slot * np + j].
+      for (index_t s0 = 0; s0 < slots; s0 += 16) {
+        for (index_t i = 0; i < 16; ++i) trows[i] = cb + (s0 + i) * np;
+        transpose16(trows, g.cout, ct + s0, d.cap);
+      }
+      O* dst = out + n * out_ns + p0 * g.Wout;
+      for (index_t j = 0; j < g.cout; ++j) {
+        const index_t k = gi * g.cout + j;
+        for (index_t p = 0; p < rows; ++p)
+          store(ct + j * d.cap + p * d.SP, k, dst + k * out_cs + p * g.Wout, g.Wout);
+      }
+    }
+  };
+  if (parts == 1) {
+    body(0);
+  } else {
+    Kokkos::parallel_for(
+        "tessera::conv2d[implicit direct]",
+        Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts), body);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward-weight
+// ---------------------------------------------------------------------------------------------
+//
+// dW_g (cout x kred, i.e. K/groups x C/groups*R*S) = sum over pixels of dy_g x A^T, where A is
+// the forward pass's gathered input (pixels x kred). Here the reduction runs over pixels, which
+// are contiguous in both x and dy, and the GEMM's panels need it as their outer index: both
+// operands are transposed while packing, 16 x 16 floats at a time in registers (AVX-512). The
+// GEMM's rows are the taps kk (micro-panels of MR = 14 taps, gathered row by row into a small
+// dense block, then transposed), its columns the output channels (panels of NR = 32 dy rows,
+// transposed straight from dy), its reduction the KP <= KC pixels of a work unit (image, group,
+// pixel block). Each thread sums its units into its own fp32 dW^T (kred rounded up to MR, times
+// cout rounded up to NR, per group); the threads' sums are added in thread order at the end,
+// times alpha, into dw: deterministic for a thread count.
 
 /// Pixel blocks of the backward-weight units: `blocks` per image of `kp` pixels (the last one
 /// shorter), kp a multiple of 16 and at most KC, the blocks of an image as even as possible.
@@ -439,6 +635,256 @@ void run_weight(const Exec& exec, const geometry& g, const float* in, index_t in
                          }
                        });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Backward-weight, stride 1, AVX-512: dot products along output rows
+// ---------------------------------------------------------------------------------------------
+//
+// run_weight gathers every tap's inputs and transposes them and dy so that the pixels become
+// the GEMM's reduction index: on a 32 -> 64 channel 3x3 layer of 14 x 14 that costs as much as
+// the products. With stride 1 the pixels of an output row are contiguous in dy and, for every
+// tap, in the zero-padded input band (fill_band): dW[k, (c, r, s)] = sum over rows p and
+// columns q of dy[k, p, q] * band[c, p + r*dh, q + s*dw]. Vectors run along q (16 columns, the
+// last ones of a row masked), a register block holds KB = 4 output channels x TB = 6 taps (24
+// accumulators, 4 + 6 loads per 24 FMAs), and the 16 lanes are summed once per block of
+// images. With S = 1 and no horizontal padding the rows of a band are contiguous in both
+// operands and run as one row (1 x 1 layers). A unit is a block of NB images' bands of BR
+// output rows: NB * BR * (vectors per row) >= 64 steps per register block where the images
+// allow, so the horizontal sums cost a few percent; the bands fit in 384 KiB of L2.
+
+inline constexpr index_t wKB = 4, wTB = 6;
+
+struct weight_direct_layout {
+  bool ok = false;
+  index_t Wp = 0, BR = 0, BH = 0, bands = 0; ///< band row length, output rows, input rows
+  index_t NB = 0, nblk = 0;                  ///< images per unit (at most), blocks of images
+  bool padded_dy = false; ///< Wp > Wout: dy is copied onto the band's grid (zero columns)
+  index_t units(const geometry& g) const noexcept { return g.G * nblk * bands; }
+  /// A band, with slack for the last row's reads past its end (zeros), rounded up to 16.
+  std::size_t band_stride(const geometry& g) const noexcept {
+    return static_cast<std::size_t>(g.cin * BH * Wp + (g.S - 1) * g.dw + 16 + 15) / 16 * 16;
+  }
+  /// dy of one image on the band's grid (cout x BR x Wp), or 0.
+  std::size_t dyp_stride(const geometry& g) const noexcept {
+    return padded_dy ? static_cast<std::size_t>(g.cout * BR * Wp + 15) / 16 * 16 : 0;
+  }
+  /// Per thread: NB bands and padded dy, and the dW sums (G x cout x kred).
+  std::size_t part_floats(const geometry& g) const noexcept {
+    return static_cast<std::size_t>(NB) * (band_stride(g) + dyp_stride(g)) +
+           static_cast<std::size_t>(g.G * g.cout * g.kred());
+  }
+};
+
+/// threads: the threads that will share the units (blocks of images are made a multiple of it
+/// where the batch allows).
+inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t threads) {
+  weight_direct_layout d;
+#if !defined(__AVX512F__)
+  return d; // the dot products are written in AVX-512
+#endif
+  if (g.sh != 1 || g.sw != 1 || g.Hout < 1 || g.Wout < 1 || g.N < 1) return d;
+  d.Wp = g.Wout + (g.S - 1) * g.dw;
+  d.padded_dy = d.Wp > g.Wout;
+  // Bands of NB images stay in L2 (512 KiB: half of Zen 4/5's L2, a quarter of Sapphire
+  // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
+  constexpr index_t budget = (index_t(512) << 10) / 4; // floats
+  const auto band = [&](index_t br) { return g.cin * (br + (g.R - 1) * g.dh) * d.Wp; };
+  d.BR = g.Hout;
+  while (d.BR > 1 && band(d.BR) > budget) d.BR = (d.BR + 1) / 2;
+  d.bands = (g.Hout + d.BR - 1) / d.BR;
+  d.BR = (g.Hout + d.bands - 1) / d.bands;
+  d.BH = d.BR + (g.R - 1) * g.dh;
+  const index_t steps = (d.BR * d.Wp + 15) / 16; // vectors per image and register block
+  const index_t fit = std::max<index_t>(1, budget / std::max<index_t>(1, band(d.BR)));
+  d.NB = std::clamp<index_t>((96 + steps - 1) / steps, 1, std::min(fit, g.N));
+  // Each register block ends in 24 lane sums and an update of the dW sums: under 48 vector
+  // steps per block they cost more than the gathers and transposes of run_weight (measured,
+  // Zen 5: 32 -> 64 channels at 14 x 14, 70 steps, 0.62 of oneDNN against 0.44; 256 channels
+  // at 14 x 14, 14 steps, 0.32 against 0.80).
+  if (d.NB * steps < 48) return d;
+  d.nblk = (g.N + d.NB - 1) / d.NB;
+  if (d.bands * g.G % threads != 0) // blocks of images: a multiple of the threads, N allowing
+    d.nblk = std::min(g.N, (d.nblk + threads - 1) / threads * threads);
+  d.NB = (g.N + d.nblk - 1) / d.nblk; // block b: images [N b / nblk, N (b + 1) / nblk)
+  d.ok = true;
+  return d;
+}
+
+template <class Exec>
+int weight_direct_parts(const Exec& exec, const geometry& g, const weight_direct_layout& d) {
+  return static_cast<int>(std::max<index_t>(1, std::min<index_t>(exec.concurrency(), d.units(g))));
+}
+
+/// True when none of the n floats at v is Inf or NaN (exponent bits all ones).
+inline bool all_finite(const float* v, std::size_t n) {
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t b;
+    std::memcpy(&b, v + i, 4);
+    bad |= (b & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad == 0;
+}
+
+#if defined(__AVX512F__)
+/// out[i * wTB + t] = sum over images b < nb, rows p < rows and columns j < n of
+/// dy[i][b * dy_is + p * dy_rs + j] * x[t][b * x_is + p * x_rs + j] (16 columns at a time, the
+/// last vector of a row masked): one register block of wKB channels x wTB taps, its 24
+/// accumulators kept in registers (a function of its own: inside the unit loop GCC kept them
+/// in memory, storing each after its FMA), summed across lanes once at the end.
+[[gnu::noinline]] inline void weight_block(const float* const* dy, index_t dy_is, index_t dy_rs,
+                                           const float* const* x, index_t x_is, index_t x_rs,
+                                           index_t nb, index_t rows, index_t n, float* out) {
+  __m512 acc[wKB][wTB];
+#pragma GCC unroll 4
+  for (index_t i = 0; i < wKB; ++i)
+#pragma GCC unroll 6
+    for (index_t t = 0; t < wTB; ++t) acc[i][t] = _mm512_setzero_ps();
+  const float *d0 = dy[0], *d1 = dy[1], *d2 = dy[2], *d3 = dy[3];
+  const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
+  static_assert(wKB == 4 && wTB == 6, "weight_block names its rows");
+  // Whole vectors with plain loads, then the row's tail with masked ones (written out twice:
+  // through a lambda GCC kept the accumulators in memory).
+  const index_t whole = n / 16 * 16;
+  const __mmask16 m = static_cast<__mmask16>((1u << (n - whole)) - 1);
+  for (index_t b = 0; b < nb; ++b)
+    for (index_t p = 0; p < rows; ++p) {
+      const index_t od = b * dy_is + p * dy_rs, ox = b * x_is + p * x_rs;
+      for (index_t j = 0; j < whole; j += 16) {
+        const __m512 d[wKB] = {_mm512_loadu_ps(d0 + od + j), _mm512_loadu_ps(d1 + od + j),
+                               _mm512_loadu_ps(d2 + od + j), _mm512_loadu_ps(d3 + od + j)};
+        const float* xs[wTB] = {x0 + ox + j, x1 + ox + j, x2 + ox + j,
+                                x3 + ox + j, x4 + ox + j, x5 + ox + j};
+#pragma GCC unroll 6
+        for (index_t t = 0; t < wTB; ++t) {
+          __m512 xv = _mm512_loadu_ps(xs[t]);
+          // One load, four FMAs: without this GCC folds the load into each FMA (4 loads, most
+          // split across cache lines, per 4 FMAs: load-bound at 26% of the FMA peak).
+          asm("" : "+v"(xv));
+#pragma GCC unroll 4
+          for (index_t i = 0; i < wKB; ++i) acc[i][t] = _mm512_fmadd_ps(d[i], xv, acc[i][t]);
+        }
+      }
+      if (whole < n) {
+        const index_t j = whole;
+        const __m512 d[wKB] = {
+            _mm512_maskz_loadu_ps(m, d0 + od + j), _mm512_maskz_loadu_ps(m, d1 + od + j),
+            _mm512_maskz_loadu_ps(m, d2 + od + j), _mm512_maskz_loadu_ps(m, d3 + od + j)};
+        const float* xs[wTB] = {x0 + ox + j, x1 + ox + j, x2 + ox + j,
+                                x3 + ox + j, x4 + ox + j, x5 + ox + j};
+#pragma GCC unroll 6
+        for (index_t t = 0; t < wTB; ++t) {
+          const __m512 xv = _mm512_maskz_loadu_ps(m, xs[t]);
+#pragma GCC unroll 4
+          for (index_t i = 0; i < wKB; ++i) acc[i][t] = _mm512_fmadd_ps(d[i], xv, acc[i][t]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+  for (index_t i = 0; i < wKB; ++i)
+#pragma GCC unroll 6
+    for (index_t t = 0; t < wTB; ++t) out[i * wTB + t] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+/// Backward-weight through dot products (d.ok): x (in) and dy as for run_weight; store(k, kk,
+/// v) for every output channel and tap with v = alpha * sum. scratch: g.kred() offsets (index_t,
+/// rounded up to 64 bytes), then weight_direct_parts(exec, g, d) * d.part_floats(g) floats.
+template <class Exec, class Store>
+void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_layout& d,
+                       const float* in, index_t in_ns, index_t in_cs, index_t in_hs,
+                       const float* dy, index_t dy_ns, index_t dy_cs, void* scratch,
+                       const Store& store) {
+  const int parts = weight_direct_parts(exec, g, d);
+  const index_t units = d.units(g), kred = g.kred(), RS = g.R * g.S, cout = g.cout;
+  auto* off = static_cast<index_t*>(scratch);
+  for (index_t kk = 0; kk < kred; ++kk) {
+    const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
+    off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
+  }
+  float* base = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
+                                         round_up_64(sizeof(index_t) * kred));
+  const std::size_t per_part = d.part_floats(g);
+  const std::size_t band_stride = d.band_stride(g), dyp_stride = d.dyp_stride(g);
+  const std::size_t band_n = static_cast<std::size_t>(g.cin * d.BH * d.Wp);
+  const geometry bg{.cin = g.cin, .Hin = g.Hin, .Win = g.Win, .pl = g.pl}; // for fill_band
+  const direct_layout fl{.BH = d.BH, .Wp = d.Wp};
+  const auto body = [&](const int part) {
+    float* bands = base + static_cast<std::size_t>(part) * per_part;   // NB x band_stride
+    float* dyp = bands + static_cast<std::size_t>(d.NB) * band_stride; // NB x dyp_stride
+    float* sums = dyp + static_cast<std::size_t>(d.NB) * dyp_stride;   // G x cout x kred
+    std::memset(sums, 0, sizeof(float) * static_cast<std::size_t>(g.G * cout * kred));
+    const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    for (index_t u = u0; u < u1; ++u) {
+      const index_t gi = u / (d.nblk * d.bands), blk = u / d.bands % d.nblk;
+      const index_t n0 = g.N * blk / d.nblk, nb = g.N * (blk + 1) / d.nblk - n0;
+      const index_t p0 = u % d.bands * d.BR, rows = std::min(d.BR, g.Hout - p0);
+      const float* dyimg = dy + n0 * dy_ns + gi * cout * dy_cs + p0 * g.Wout;
+      bool finite = true;
+      for (index_t b = 0; b < nb; ++b) {
+        float* band = bands + static_cast<std::size_t>(b) * band_stride;
+        fill_band(bg, fl, in + (n0 + b) * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 - g.pt,
+                  band);
+        std::memset(band + band_n, 0, sizeof(float) * (band_stride - band_n));
+        if (!d.padded_dy) continue;
+        // dy on the band's grid: Wp - Wout zero columns after each row.
+        float* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
+        for (index_t k = 0; k < cout; ++k)
+          for (index_t p = 0; p < rows; ++p) {
+            float* row = dp + (k * d.BR + p) * d.Wp;
+            std::memcpy(row, dyimg + b * dy_ns + k * dy_cs + p * g.Wout,
+                        sizeof(float) * static_cast<std::size_t>(g.Wout));
+            for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = 0.f;
+          }
+        finite = finite && all_finite(band, band_n);
+      }
+      // Linear runs over whole bands: dy itself (Wp == Wout) or dy on the grid, whose zero
+      // columns meet the band's columns past the output row (finite, so the products are 0).
+      // A band holding Inf or NaN runs row by row on dy instead, each row's tail masked, so
+      // that only true pairs are multiplied.
+      const bool linear = !d.padded_dy || finite;
+      const float* dyb = d.padded_dy && linear ? dyp : dyimg;
+      const index_t dcs = d.padded_dy && linear ? d.BR * d.Wp : dy_cs;
+      const index_t dis = d.padded_dy && linear ? static_cast<index_t>(dyp_stride) : dy_ns;
+      const index_t rn = linear ? 1 : rows, n = linear ? rows * d.Wp : g.Wout;
+      float* sg = sums + gi * cout * kred;
+      const float* dyr[wKB];
+      const float* xr[wTB];
+      for (index_t k0 = 0; k0 < cout; k0 += wKB)
+        for (index_t t0 = 0; t0 < kred; t0 += wTB) {
+          for (index_t i = 0; i < wKB; ++i) // channels past cout repeat the last one
+            dyr[i] = dyb + std::min(k0 + i, cout - 1) * dcs;
+          for (index_t t = 0; t < wTB; ++t) xr[t] = bands + off[std::min(t0 + t, kred - 1)];
+          float out[wKB * wTB];
+          weight_block(dyr, dis, g.Wout, xr, static_cast<index_t>(band_stride), d.Wp, nb, rn, n,
+                       out);
+          for (index_t i = 0; i < wKB && k0 + i < cout; ++i)
+            for (index_t t = 0; t < wTB && t0 + t < kred; ++t)
+              sg[(k0 + i) * kred + t0 + t] += out[i * wTB + t];
+        }
+    }
+  };
+  if (parts == 1) {
+    body(0);
+  } else {
+    Kokkos::parallel_for(
+        "tessera::conv2d_backward_weight[implicit direct]",
+        Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts), body);
+  }
+  // dw[k, kk] = alpha * (sum over threads, in order, of their sums).
+  const std::size_t soff = static_cast<std::size_t>(d.NB) * (band_stride + dyp_stride);
+  const float alpha = g.alpha;
+  Kokkos::parallel_for("tessera::conv2d_backward_weight[implicit direct sum]",
+                       Kokkos::RangePolicy<Exec>(exec, 0, g.G * cout), [=](const index_t row) {
+                         for (index_t kk = 0; kk < kred; ++kk) {
+                           float v = 0.f;
+                           for (int p = 0; p < parts; ++p)
+                             v += base[per_part * static_cast<std::size_t>(p) + soff +
+                                       static_cast<std::size_t>(row * kred + kk)];
+                           store(row, kk, alpha * v);
+                         }
+                       });
+}
+#endif // __AVX512F__
 
 } // namespace implicit_conv
 

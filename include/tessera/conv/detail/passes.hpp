@@ -423,12 +423,17 @@ struct backward_weight_pass {
       if (pb.N > 0 && pb.Kg >= implicit_min_channels && (native || widen)) {
         namespace ic = implicit_conv;
         const auto g = forward_geometry(pb, alpha);
+        // Stride 1 on AVX-512: dot products along output rows; else gathers and transposes.
+        const ic::weight_direct_layout dl = ic::weight_direct_layout_for(g, exec.concurrency());
+        const std::size_t scratch =
+            dl.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
+                        static_cast<std::size_t>(ic::weight_direct_parts(exec, g, dl)) *
+                            dl.part_floats(g) * 4
+                  : static_cast<std::size_t>(ic::weight_parts(exec, g)) *
+                        ic::weight_scratch_floats(g) * 4;
         const std::size_t nx = native ? 0 : static_cast<std::size_t>(x.size());
         const std::size_t ndy = native ? 0 : static_cast<std::size_t>(dy.size());
-        const auto [x_mem, dy_mem, s_mem] =
-            carve<3>(ws, {nx * 4, ndy * 4,
-                          static_cast<std::size_t>(ic::weight_parts(exec, g)) *
-                              ic::weight_scratch_floats(g) * 4});
+        const auto [x_mem, dy_mem, s_mem] = carve<3>(ws, {nx * 4, ndy * 4, scratch});
         const float* xin;
         const float* dyin;
         std::array<index_t, 3> xs{x.stride(0), x.stride(1), x.stride(2)};
@@ -446,10 +451,18 @@ struct backward_weight_pass {
         // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
         const index_t ws0 = dw.stride(0);
         auto* dwd = dw.data();
-        ic::run_weight(exec, g, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1],
-                       reinterpret_cast<float*>(s_mem), [=](index_t k, index_t kk, float v) {
-                         dwd[k * ws0 + kk] = from_float<pdw>(v);
-                       });
+        const auto store = [=](index_t k, index_t kk, float v) {
+          dwd[k * ws0 + kk] = from_float<pdw>(v);
+        };
+        if (dl.ok) {
+#if defined(__AVX512F__)
+          ic::run_weight_direct(exec, g, dl, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1], s_mem,
+                                store);
+#endif
+        } else {
+          ic::run_weight(exec, g, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1],
+                         reinterpret_cast<float*>(s_mem), store);
+        }
         exec.fence();
         return true;
       }

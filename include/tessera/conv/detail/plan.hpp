@@ -133,20 +133,34 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
                   const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
                   const StoreValue& store_value) {
   namespace ic = implicit_conv;
-  const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g));
-  const auto [b_mem, s_mem] =
-      carve<2>(ws, {ic::packed_b_floats(g) * 4, parts * (ic::a_floats() + ic::c_floats(g)) * 4});
+  const ic::direct_layout d = ic::direct_layout_for(g);
+  const auto parts =
+      static_cast<std::size_t>(d.ok ? ic::direct_parts(exec, g, d) : ic::parts_for(exec, g));
+  const std::size_t scratch =
+      d.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
+                 parts * d.part_floats(g) * 4
+           : parts * (ic::a_floats() + ic::c_floats(g)) * 4;
+  const auto [b_mem, s_mem] = carve<2>(ws, {ic::packed_b_floats(g) * 4, scratch});
   auto* packed = reinterpret_cast<float*>(b_mem);
   const auto* wd = w.data();
   ic::pack_weights(exec, g, packed,
                    [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
   exec.fence();
-  const index_t np = g.npad();
-  ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2), packed, out.data(),
-          out.stride(0), out.stride(1), reinterpret_cast<float*>(s_mem),
-          [&](const float* sums, index_t k, auto* dst, index_t count) {
-            for (index_t i = 0; i < count; ++i) dst[i] = store_value(k, g.alpha * sums[i * np]);
-          });
+  if (d.ok) {
+    const float alpha = g.alpha;
+    ic::run_direct(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), packed,
+                   out.data(), out.stride(0), out.stride(1), s_mem,
+                   [&](const float* sums, index_t k, auto* dst, index_t count) {
+                     for (index_t i = 0; i < count; ++i) dst[i] = store_value(k, alpha * sums[i]);
+                   });
+  } else {
+    const index_t np = g.npad();
+    ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2), packed, out.data(),
+            out.stride(0), out.stride(1), reinterpret_cast<float*>(s_mem),
+            [&](const float* sums, index_t k, auto* dst, index_t count) {
+              for (index_t i = 0; i < count; ++i) dst[i] = store_value(k, g.alpha * sums[i * np]);
+            });
+  }
   exec.fence();
 }
 #endif
