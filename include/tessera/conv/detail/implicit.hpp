@@ -684,7 +684,10 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
 #endif
   if (g.sh != 1 || g.sw != 1 || g.Hout < 1 || g.Wout < 1 || g.N < 1) return d;
   d.Wp = g.Wout + (g.S - 1) * g.dw;
-  d.padded_dy = d.Wp > g.Wout;
+  // dy is copied onto the band's grid only when the copy (cout x pixels) is small beside the
+  // products (cout x pixels x kred): with a reduction under 32 (a first layer, 1 x 3 x 3) the
+  // rows run one by one on dy itself, their tails masked.
+  d.padded_dy = d.Wp > g.Wout && g.kred() >= 32;
   // Bands of NB images stay in L2 (512 KiB: half of Zen 4/5's L2, a quarter of Sapphire
   // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
   constexpr index_t budget = (index_t(512) << 10) / 4; // floats
@@ -694,7 +697,9 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   d.bands = (g.Hout + d.BR - 1) / d.BR;
   d.BR = (g.Hout + d.bands - 1) / d.bands;
   d.BH = d.BR + (g.R - 1) * g.dh;
-  const index_t steps = (d.BR * d.Wp + 15) / 16; // vectors per image and register block
+  // Vectors per image and register block.
+  const index_t steps =
+      d.Wp == g.Wout || d.padded_dy ? (d.BR * d.Wp + 15) / 16 : d.BR * ((g.Wout + 15) / 16);
   const index_t fit = std::max<index_t>(1, budget / std::max<index_t>(1, band(d.BR)));
   d.NB = std::clamp<index_t>((96 + steps - 1) / steps, 1, std::min(fit, g.N));
   // Each register block ends in 24 lane sums and an update of the dW sums: under 48 vector
@@ -840,8 +845,8 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
       // Linear runs over whole bands: dy itself (Wp == Wout) or dy on the grid, whose zero
       // columns meet the band's columns past the output row (finite, so the products are 0).
       // A band holding Inf or NaN runs row by row on dy instead, each row's tail masked, so
-      // that only true pairs are multiplied.
-      const bool linear = !d.padded_dy || finite;
+      // that only true pairs are multiplied (as do the rows when dy is not copied).
+      const bool linear = d.Wp == g.Wout || (d.padded_dy && finite);
       const float* dyb = d.padded_dy && linear ? dyp : dyimg;
       const index_t dcs = d.padded_dy && linear ? d.BR * d.Wp : dy_cs;
       const index_t dis = d.padded_dy && linear ? static_cast<index_t>(dyp_stride) : dy_ns;
