@@ -452,6 +452,10 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
       O* dst = out + n * out_ns + p0 * g.Wout;
       for (index_t j = 0; j < g.cout; ++j) {
         const index_t k = gi * g.cout + j;
+        if (d.SP == g.Wout) { // the band's rows are contiguous in both: one run
+          store(ct + j * d.cap, k, dst + k * out_cs, rows * g.Wout);
+          continue;
+        }
         for (index_t p = 0; p < rows; ++p)
           store(ct + j * d.cap + p * d.SP, k, dst + k * out_cs + p * g.Wout, g.Wout);
       }

@@ -232,10 +232,10 @@ struct forward_pass {
             [=](const auto* wd, index_t gi, index_t kk, index_t j) {
               return to_float(wd[(gi * Kg + j) * ws0 + kk]);
             },
-            [&](index_t k, float v) {
+            [&](index_t k) {
               float b = 0.f;
               if constexpr (has_bias) b = to_float(bias(k));
-              return from_float<py>(epi(v + b));
+              return [b, e = epi](float v) { return from_float<py>(e(v + b)); };
             });
         return true;
       }
@@ -326,7 +326,7 @@ struct backward_data_pass {
               const index_t k = kk / RS, t = kk - k * RS;
               return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);
             },
-            [](index_t, float v) { return from_float<pdx>(v); });
+            [](index_t) { return [](float v) { return from_float<pdx>(v); }; });
         return true;
       }
     }

@@ -126,8 +126,11 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
 }
 
 /// Runs an implicit convolution of `in` into `out` (both rank-4 NCHW views) with the weights
-/// w, wval(w data, group, kk, j) giving B(kk, j) of a group; store_value(k, v) turns the fp32
-/// value alpha * sum of output channel k into the stored one (bias, epilogue, rounding).
+/// w, wval(w data, group, kk, j) giving B(kk, j) of a group; store_value(k) returns the function
+/// that turns the fp32 value alpha * sum of output channel k into the stored one (bias,
+/// epilogue, rounding): a function per channel holds its bias by value, so that a run of one
+/// channel's outputs is a loop GCC vectorises (through store_value(k, v) it reloaded the bias
+/// per element, the output possibly aliasing it).
 template <class Exec, class IV, class WV, class OV, class M, class WVal, class StoreValue>
 void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& in, const WV& w,
                   const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
@@ -151,14 +154,16 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
     ic::run_direct(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), packed,
                    out.data(), out.stride(0), out.stride(1), s_mem,
                    [&](const float* sums, index_t k, auto* dst, index_t count) {
-                     for (index_t i = 0; i < count; ++i) dst[i] = store_value(k, alpha * sums[i]);
+                     const auto f = store_value(k);
+                     for (index_t i = 0; i < count; ++i) dst[i] = f(alpha * sums[i]);
                    });
   } else {
     const index_t np = g.npad();
     ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2), packed, out.data(),
             out.stride(0), out.stride(1), reinterpret_cast<float*>(s_mem),
             [&](const float* sums, index_t k, auto* dst, index_t count) {
-              for (index_t i = 0; i < count; ++i) dst[i] = store_value(k, g.alpha * sums[i * np]);
+              const auto f = store_value(k);
+              for (index_t i = 0; i < count; ++i) dst[i] = f(g.alpha * sums[i * np]);
             });
   }
   exec.fence();
