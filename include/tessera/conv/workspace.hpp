@@ -18,15 +18,14 @@
 ///    (C*H*W floats each) for backward-data, K*CRS floats for backward-weight.
 /// The host implicit-GEMM paths (fp32, see conv/conv2d.hpp) need no columns. Forward and
 /// stride-1 backward-data: the packed weights (K/groups rounded up to 32, times CRS floats per
-/// group) and, per thread, either a zero-padded band of input rows (C/groups x the rows one
-/// unit of about 224 output pixels, at least one output row, reads, with padding) with a block
-/// of sums and its transpose (twice that many slots x K/groups rounded up to 32 floats), or a
-/// packed input block
-/// (224 x 512 floats) and a block of sums. Backward-weight, per thread: the padded bands of a
-/// block of images (at most 512 KiB) and dy copied onto their grid (about 6 KiB per output
-/// channel: a block spans about 96 vectors of pixels), or the packed blocks (about
-/// 1 MiB + 2 KiB per output channel of a group), and the thread's dW sums (CRS, rounded up to
-/// 14 on the packed path, times K/groups, rounded up to 32 there, per group).
+/// group) and, per thread, either a zero-padded band of the input rows one unit reads (a unit:
+/// about 224 output pixels, at least one output row) with a block of sums and its transpose
+/// (twice the unit's slots x K/groups rounded up to 32 floats), or a packed input block (224 x
+/// 512 floats) and a block of sums. Backward-weight, per thread: the padded bands of a block of
+/// images (at most 512 KiB) and dy copied onto their grid (about 6 KiB per output channel: a
+/// block spans about 96 vectors of pixels), or the packed blocks (about 1 MiB + 2 KiB per
+/// output channel of a group), and the thread's dW sums (CRS, rounded up to 14 on the packed
+/// path, times K/groups, rounded up to 32 there, per group).
 /// The total is independent of the batch size: never N*CRS*P*Q.
 
 #include <tessera/tensor/extents.hpp>
