@@ -150,12 +150,16 @@ TEST_CASE("conv2d fp32 direct implicit paths: padded bands, per-row and linear s
     INFO(describe(l.s));
     const auto pb = problem_of(l.s);
     const auto fg = detail::forward_geometry(pb, 1.f);
-    const bool fwd_implicit = detail::use_implicit(pb, pb.Kg, pb.crs());
-    CHECK((fwd_implicit && ic::direct_layout_for(fg).ok) == l.fwd_direct);
-    if (l.s.prm.stride_h == 1 && l.s.prm.stride_w == 1) {
-      const bool data_implicit = detail::use_implicit(pb, pb.Cg, detail::crs_of(pb, pb.Kg));
-      CHECK((data_implicit && ic::direct_layout_for(detail::backward_data_geometry(pb, 1.f)).ok) ==
-            l.data_direct);
+    // The expected paths are those of the AVX-512 tile (14 pixel rows: the slot layouts and
+    // their waste depend on it); builds with another tile run the numerical checks only.
+    if constexpr (ic::MR == 14) {
+      const bool fwd_implicit = detail::use_implicit(pb, pb.Kg, pb.crs());
+      CHECK((fwd_implicit && ic::direct_layout_for(fg).ok) == l.fwd_direct);
+      if (l.s.prm.stride_h == 1 && l.s.prm.stride_w == 1) {
+        const bool data_implicit = detail::use_implicit(pb, pb.Cg, detail::crs_of(pb, pb.Kg));
+        CHECK((data_implicit &&
+               ic::direct_layout_for(detail::backward_data_geometry(pb, 1.f)).ok) == l.data_direct);
+      }
     }
     for (const index_t threads : {1, 2, 3})
       CHECK(ic::weight_direct_layout_for(fg, threads).ok == l.weight_direct);
