@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -95,5 +96,105 @@ void random_cases(std::uint64_t seed, int cases) {
                                  budgets[i % 3]);
   }
 }
+
+#if !TESSERA_DEVICE_PASS
+// The problem of shape s, as conv2d builds it (for the implicit paths' layout choices).
+inline detail::conv2d_problem problem_of(const conv_shape& s) {
+  return {.N = s.N,
+          .C = s.C,
+          .H = s.H,
+          .W = s.W,
+          .K = s.K,
+          .R = s.R,
+          .S = s.S,
+          .P = s.P(),
+          .Q = s.Q(),
+          .G = s.prm.groups,
+          .Cg = s.Cg(),
+          .Kg = s.Kg(),
+          .prm = s.prm};
+}
+
+/// A layer of the direct implicit paths' tests, with the direct paths it must take (the
+/// AVX-512 tile's layouts: test_conv2d.cpp, test_conv2d_lowp.cpp).
+struct direct_layer {
+  conv_shape s;
+  bool fwd_direct, data_direct, weight_direct;
+};
+
+/// Layers chosen to hit each form of the direct paths (conv/detail/implicit.hpp).
+inline std::vector<direct_layer> direct_layers() {
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R, index_t S,
+                        conv2d_params prm) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = S, s.prm = prm;
+    return s;
+  };
+  const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const bool avx512 =
+#if defined(__AVX512F__)
+      true;
+#else
+      false;
+#endif
+  return {
+      // FashionCNN's second layer: 14 output columns, one panel a row.
+      {shape(5, 32, 64, 14, 14, 3, 3, pad1), true, true, avx512},
+      // 28 columns, several bands (8 rows each, the last 6), 40 channels (a partial panel).
+      {shape(2, 24, 40, 30, 28, 3, 3, pad1), true, true, avx512},
+      // Reduction 64 * 9 = 576: two KC slices of the packed weights.
+      {shape(4, 64, 48, 14, 14, 3, 3, pad1), true, true, avx512},
+      // 10 columns: linear slots (12 a row: 2 garbage slots per row).
+      {shape(6, 20, 32, 10, 10, 3, 3, pad1), true, true, avx512},
+      // Dilation 2 (pad 2): 14 columns.
+      {shape(3, 16, 32, 14, 14, 3, 3,
+             {.pad_top = 2,
+              .pad_bottom = 2,
+              .pad_left = 2,
+              .pad_right = 2,
+              .dilation_h = 2,
+              .dilation_w = 2}),
+       true, true, avx512},
+      // Padding 3 > R - 1: backward-data's geometry has padding -1 (a crop).
+      {shape(4, 16, 32, 10, 10, 3, 3,
+             {.pad_top = 3, .pad_bottom = 3, .pad_left = 3, .pad_right = 3}),
+       true, true, avx512},
+      // Two groups of 24 -> 32 channels.
+      {shape(4, 48, 64, 14, 14, 3, 3,
+             {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
+       true, true, avx512},
+      // A 7 x 7 stride-2 stem on 3 channels: 14 output columns read 2 apart; backward-data and
+      // backward-weight (stride 2) take the packing paths.
+      {shape(2, 3, 32, 28, 28, 7, 7,
+             {.stride_h = 2,
+              .stride_w = 2,
+              .pad_top = 3,
+              .pad_bottom = 3,
+              .pad_left = 3,
+              .pad_right = 3}),
+       true, false, false},
+      // Stride 2 with 12 output columns: a partial panel per row (2 garbage slots).
+      {shape(2, 16, 32, 24, 24, 3, 3,
+             {.stride_h = 2,
+              .stride_w = 2,
+              .pad_top = 1,
+              .pad_bottom = 1,
+              .pad_left = 1,
+              .pad_right = 1}),
+       true, false, false},
+      // A first layer (1 x 3 x 3: no implicit forward), 28 columns: 9 taps, one block of 6 and
+      // one of 3.
+      {shape(3, 1, 32, 28, 28, 3, 3, pad1), false, false, avx512},
+      // 1 x 1 and 3 x 1 without horizontal padding: backward-weight runs a band's rows as one.
+      {shape(8, 16, 32, 9, 9, 1, 1, {}), false, false, avx512},
+      {shape(7, 32, 24, 9, 11, 3, 1, {.pad_top = 1, .pad_bottom = 1}), true, true, avx512},
+      // Many small images (5 x 5): blocks of several images per unit.
+      {shape(23, 16, 36, 5, 5, 3, 3, pad1), false, false, avx512},
+      // Backward-weight's dot products need 48 vector steps per register block: two images
+      // of 14 x 14 (28) take run_weight's gathers and transposes.
+      {shape(2, 32, 32, 14, 14, 3, 3, pad1), true, true, false},
+  };
+}
+#endif
 
 } // namespace tessera::testing

@@ -66,3 +66,57 @@ TEST_CASE("conv2d mixed precisions: low-precision operands, fp32 outputs and bac
   random_cases<fp8_e4m3, fp8_e4m3, bf16>(7, 30); // fp8 forward operands, bf16 gradients
   random_cases<fp32, bf16, fp8_e5m2>(8, 30);     // e5m2 gradients (the usual fp8 training split)
 }
+
+#if !TESSERA_DEVICE_PASS
+TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
+          "[conv][bf16][fp8][implicit]") {
+  // Operands exact in bf16 take the direct path's bf16 pairs form (VDPBF16PS on pairs of input
+  // channels) on CPUs with AVX512_BF16 and no AMX, for the layouts the fp32 direct path takes;
+  // elsewhere im2col and the GEMM. Both must match the reference.
+  namespace ic = detail::implicit_conv;
+  using exec = Kokkos::DefaultExecutionSpace;
+  bool amx = false;
+#if TESSERA_GEMM_AMX
+  amx = cpu::amx_bf16_usable();
+#endif
+  const bool pairs = detail::implicit_pairs_capable_v<exec, bf16, bf16> && !amx &&
+                     cpu::has_avx512bf16() && ic::MR == 14;
+  if (!pairs) WARN("no bf16 pairs path on this build and CPU: numerical checks only");
+  std::vector<direct_layer> layers = direct_layers();
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, conv2d_params prm) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = 3, s.S = 3, s.prm = prm;
+    return s;
+  };
+  const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  // Odd channel counts (the last pair's high half is zero), per group too, and a reduction of
+  // 120 / 2 * 9 = 540 pair steps: two KC slices of packed pairs.
+  layers.push_back({shape(3, 17, 32, 14, 14, pad1), true, true, false});
+  layers.push_back(
+      {shape(2, 34, 64, 14, 14,
+             {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
+       true, true, false});
+  layers.push_back({shape(2, 120, 33, 10, 10, pad1), true, true, false});
+  int i = 0;
+  for (const direct_layer& l : layers) {
+    INFO(describe(l.s));
+    const auto pb = problem_of(l.s);
+    const auto fg = detail::forward_geometry(pb, 1.f);
+    const bool fwd = detail::use_implicit(pb, pb.Kg, pb.crs()) && ic::pairs_direct_for(fg);
+    CHECK(fwd == (pairs && l.fwd_direct));
+    if (l.s.prm.stride_h == 1 && l.s.prm.stride_w == 1) {
+      const bool data = detail::use_implicit(pb, pb.Cg, detail::crs_of(pb, pb.Kg)) &&
+                        ic::pairs_direct_for(detail::backward_data_geometry(pb, 1.f));
+      CHECK(data == (pairs && l.data_direct));
+    }
+    const std::uint64_t seed = 9700 + static_cast<std::uint64_t>(i);
+    check_all_passes<bf16, bf16, bf16>(exec{}, l.s, seed, budgets[0]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(exec{}, l.s, seed, budgets[0]);
+    if (i % 3 == 0) { // mixed: bf16 x with e5m2 weights, an fp32 output; e4m3 x, bf16 weights
+      check_all_passes<bf16, fp8_e5m2, fp32>(exec{}, l.s, seed, budgets[0]);
+      check_all_passes<fp8_e4m3, bf16, bf16>(exec{}, l.s, seed, budgets[0]);
+    }
+    ++i;
+  }
+}
+#endif

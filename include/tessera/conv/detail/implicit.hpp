@@ -28,6 +28,8 @@
 /// transposes of run_weight use AVX-512 when compiled for it, else scalar loops.
 
 #include <tessera/conv/im2col.hpp>
+#include <tessera/conv/workspace.hpp>
+#include <tessera/gemm/detail/avx512bf16.hpp>
 #include <tessera/gemm/detail/fma.hpp>
 #include <tessera/tensor.hpp>
 
@@ -295,10 +297,18 @@ inline void transpose16(const float* const* rows, index_t n, float* dst, index_t
 //    a 7 x 7 output uses 9 slots a row instead of 14.
 // The sums (slots x channels) are transposed 16 slots at a time into channel rows, and each
 // output row of a channel is stored as one contiguous run.
+//
+// bf16 pairs (operands exact in bf16: bf16, fp8; CPUs with AVX512_BF16): the band holds 32-bit
+// words, word (c2, row, col) = the bf16 of channels 2*c2 (low half) and 2*c2 + 1 (high half; zero
+// past cin) at (row, col), and the packed weights hold the same pairs of taps; one VDPBF16PS
+// step then adds two channels' products to each sum (micro_pairs), half the steps of fp32 for the
+// same loads and broadcasts. The sums are fp32 as in the GEMM's dpbf16 kernel
+// (gemm/detail/avx512bf16.hpp: exact products, fp32 accumulation, denormals flushed).
 
 /// The band layout of the direct path (see above).
 struct direct_layout {
   bool ok = false;        ///< the direct path applies (stride 1 or 2, waste under 25%)
+  index_t planes = 0;     ///< planes of the band: cin, or (cin + 1) / 2 channel pairs
   index_t SP = 0;         ///< slots per output row
   index_t rows = 0;       ///< output rows per band (unit)
   index_t bands = 0;      ///< bands per image
@@ -307,16 +317,20 @@ struct direct_layout {
   index_t units(const geometry& g) const noexcept { return g.N * g.G * bands; }
   /// Floats of the band with slack for the garbage slots' reads past its end.
   std::size_t band_floats(const geometry& g) const noexcept {
-    return static_cast<std::size_t>(g.cin * BH * Wp + cap * g.sw + 16);
+    return static_cast<std::size_t>(planes * BH * Wp + cap * g.sw + 16);
   }
+  /// Steps of the reduction: one per (plane, r, s).
+  index_t steps(const geometry& g) const noexcept { return planes * g.R * g.S; }
   /// Per thread: band, C block (cap x npad) and its transpose (npad x cap).
   std::size_t part_floats(const geometry& g) const noexcept {
     return (band_floats(g) + 15) / 16 * 16 + 2 * static_cast<std::size_t>(cap * g.npad());
   }
 };
 
-inline direct_layout direct_layout_for(const geometry& g) {
+/// The layout of fp32 bands, or of bf16 channel pairs when `pairs`.
+inline direct_layout direct_layout_for(const geometry& g, bool pairs = false) {
   direct_layout d;
+  d.planes = pairs ? (g.cin + 1) / 2 : g.cin;
   if (g.sh < 1 || g.sh > 2 || g.sw < 1 || g.sw > 2 || g.Wout < 1 || g.Hout < 1) return d;
   const index_t row_sp = (g.Wout + MR - 1) / MR * MR;
   const index_t lin_wp = g.Wout + (g.S - 1) * g.dw;
@@ -400,43 +414,192 @@ void fill_band(const geometry& g, const direct_layout& d, const T* in, index_t c
     }
 }
 
+#if TESSERA_GEMM_AVX512BF16
+/// micro_direct for bf16 pairs: A(i, q) = the word a0[off[q] + i*SW], b the packed panel of
+/// pairs (kc x NR words), one VDPBF16PS per step and 16 channels.
+template <index_t SW>
+[[gnu::noinline]] inline void
+micro_pairs(index_t kc, const std::uint32_t* __restrict a0, const index_t* __restrict off,
+            const std::uint32_t* __restrict b, float* __restrict d, index_t ldd, bool acc) {
+  static_assert(MR == 14 && NR == 32, "micro_pairs is the AVX-512 tile");
+  __m512 c[MR][2];
+#pragma GCC unroll 14
+  for (index_t r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (index_t p = 0; p < kc; ++p) {
+    const std::uint32_t* a = a0 + off[p];
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
+#pragma GCC unroll 14
+    for (index_t r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * SW]));
+      c[r][0] = _mm512_dpbf16_ps(c[r][0], av, b0);
+      c[r][1] = _mm512_dpbf16_ps(c[r][1], av, b1);
+    }
+  }
+#pragma GCC unroll 14
+  for (index_t r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (index_t v = 0; v < 2; ++v) {
+      float* q = d + r * ldd + v * 16;
+      _mm512_storeu_ps(q, acc ? _mm512_add_ps(c[r][v], _mm512_loadu_ps(q)) : c[r][v]);
+    }
+}
+
+/// fill_band for bf16 pairs: word (c2, hr, w) of band = bf16 bits of channel 2*c2 (low half)
+/// and 2*c2 + 1 (high half, zero past cin) of input row h0 + hr, column w - pl (zeros outside).
+template <class T>
+void fill_band_pairs(const geometry& g, const direct_layout& d, const T* in, index_t cs, index_t hs,
+                     index_t h0, std::uint32_t* band) {
+  index_t lo, hi; // band columns holding input columns: wc = w + pl
+  valid_output_range(g.Win, d.Wp, 1, -g.pl, lo, hi);
+  alignas(64) std::uint16_t t0[64] = {}, t1[64] = {};
+  for (index_t c2 = 0; c2 < d.planes; ++c2) {
+    const bool two = 2 * c2 + 1 < g.cin;
+    for (index_t hr = 0; hr < d.BH; ++hr) {
+      std::uint32_t* row = band + (c2 * d.BH + hr) * d.Wp;
+      const index_t h = h0 + hr;
+      if (h < 0 || h >= g.Hin) {
+        std::memset(row, 0, sizeof(std::uint32_t) * static_cast<std::size_t>(d.Wp));
+        continue;
+      }
+      const T* s0 = in + 2 * c2 * cs + h * hs + (lo - g.pl); // input column of band column lo
+      const T* s1 = two ? s0 + cs : s0;
+      for (index_t w = 0; w < lo; ++w) row[w] = 0;
+      for (index_t w = lo; w < hi; w += 64) {
+        const index_t n = std::min<index_t>(64, hi - w);
+        // bf16 rows are read in place, others converted to bf16 bits (exact) first.
+        const std::uint16_t *r0 = t0, *r1 = t1;
+        if constexpr (std::is_same_v<T, bfloat16>) {
+          r0 = reinterpret_cast<const std::uint16_t*>(s0 + (w - lo));
+          r1 = reinterpret_cast<const std::uint16_t*>(s1 + (w - lo));
+        } else {
+          hostgemm::load_bf16(s0 + (w - lo), t0, n);
+          if (two) hostgemm::load_bf16(s1 + (w - lo), t1, n);
+        }
+        const __m512i keep = two ? _mm512_set1_epi32(-1) : _mm512_setzero_si512();
+        for (index_t i = 0; i < n; i += 16) {
+          const index_t m = std::min<index_t>(16, n - i);
+          const auto mask = static_cast<__mmask16>((1u << m) - 1u);
+          const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r0 + i));
+          const __m512i b =
+              _mm512_and_si512(keep, _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r1 + i)));
+          _mm512_mask_storeu_epi32(row + w + i, mask, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+        }
+      }
+      for (index_t w = hi; w < d.Wp; ++w) row[w] = 0;
+    }
+  }
+}
+
+/// pack_weights for bf16 pairs: step q = (c2*R + r)*S + s of group gi's panel jp holds, for
+/// channel j, the bf16 of wval(gi, kk, j) for kk = (2*c2*R + r)*S + s (low half) and kk + R*S
+/// (high half; zero past cin), at pb + (gi*steps + pc)*npad + jp*kc + (q - pc)*NR + j.
+template <class Exec, class WVal>
+void pack_weight_pairs(const Exec& exec, const geometry& g, const direct_layout& d,
+                       std::uint32_t* pb, const WVal& wval) {
+  const index_t steps = d.steps(g), RS = g.R * g.S, np = g.npad(), slices = (steps + KC - 1) / KC,
+                panels = np / NR;
+  Kokkos::parallel_for(
+      "tessera::conv2d[implicit pack weight pairs]",
+      Kokkos::RangePolicy<Exec>(exec, 0, g.G * slices * panels), [=](const index_t i) {
+        const index_t gi = i / (slices * panels), pc = i / panels % slices * KC,
+                      jp = i % panels * NR;
+        const index_t kc = std::min(KC, steps - pc);
+        std::uint32_t* dst = pb + (gi * steps + pc) * np + jp * kc;
+        for (index_t q = 0; q < kc; ++q) {
+          const index_t c2 = (pc + q) / RS, t = (pc + q) % RS, kk = 2 * c2 * RS + t;
+          const bool two = 2 * c2 + 1 < g.cin;
+          for (index_t j = 0; j < NR; ++j) {
+            std::uint32_t word = 0;
+            if (jp + j < g.cout) {
+              word = bfloat16::from_float(wval(gi, kk, jp + j)).bits;
+              if (two)
+                word |= std::uint32_t(bfloat16::from_float(wval(gi, kk + RS, jp + j)).bits) << 16;
+            }
+            dst[q * NR + j] = word;
+          }
+        }
+      });
+}
+#endif // TESSERA_GEMM_AVX512BF16
+
+/// True when a convolution of geometry g with operands exact in bf16 runs the bf16 pairs path:
+/// compiled for AVX512_BF16, the CPU has it and no usable AMX (AMX machines keep im2col and the
+/// AMX GEMM), and the band layout applies.
+inline bool pairs_direct_for(const geometry& g) {
+#if TESSERA_GEMM_AVX512BF16
+  bool amx = false;
+#if TESSERA_GEMM_AMX
+  amx = cpu::amx_bf16_usable();
+#endif
+  return !amx && cpu::has_avx512bf16() && direct_layout_for(g, true).ok;
+#else
+  (void)g;
+  return false;
+#endif
+}
+
 /// run() through the direct path (d.ok): same operands, store(sums, k, dst, count) now reads
-/// count contiguous fp32 sums. scratch: g.kred() offsets (as index_t, rounded up to 16 bytes),
-/// then direct_parts(exec, g, d) * d.part_floats(g) floats, 64-byte aligned.
-template <class Exec, class T, class O, class Store>
+/// count contiguous fp32 sums. Pairs: d is direct_layout_for(g, true), pb holds the weights as
+/// pack_weight_pairs wrote them (bf16 pairs), else as pack_weights did (fp32). scratch:
+/// d.steps(g) offsets (as index_t, rounded up to 64 bytes), then direct_parts(exec, g, d) *
+/// d.part_floats(g) floats, 64-byte aligned.
+template <bool Pairs, class Exec, class T, class O, class Store>
 void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, const T* in,
-                index_t in_ns, index_t in_cs, index_t in_hs, const float* pb, O* out,
+                index_t in_ns, index_t in_cs, index_t in_hs, const void* pbv, O* out,
                 index_t out_ns, index_t out_cs, void* scratch, const Store& store) {
+  using word = std::conditional_t<Pairs, std::uint32_t, float>;
+  static_assert(sizeof(word) == sizeof(float), "a band word is 4 bytes");
   const int parts = direct_parts(exec, g, d);
-  const index_t units = d.units(g), kred = g.kred(), np = g.npad(), RS = g.R * g.S;
+  const index_t units = d.units(g), steps = d.steps(g), np = g.npad(), RS = g.R * g.S;
+  const auto* pb = static_cast<const word*>(pbv);
   auto* off = static_cast<index_t*>(scratch);
-  for (index_t kk = 0; kk < kred; ++kk) {
+  for (index_t kk = 0; kk < steps; ++kk) {
     const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
     off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
   }
-  float* base = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
-                                         round_up_64(sizeof(index_t) * kred));
-  const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g);
+  word* base = reinterpret_cast<word*>(static_cast<unsigned char*>(scratch) +
+                                       round_up_64(sizeof(index_t) * steps));
+  const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g),
+                    band_used = static_cast<std::size_t>(d.planes * d.BH * d.Wp);
   const auto body = [&](const int part) {
-    float* band = base + static_cast<std::size_t>(part) * per_part;
-    float* cb = band + (band_n + 15) / 16 * 16; // cap x np
-    float* ct = cb + d.cap * np;                // np x cap
-    std::memset(band + g.cin * d.BH * d.Wp, 0, sizeof(float) * (band_n - g.cin * d.BH * d.Wp));
+    word* band = base + static_cast<std::size_t>(part) * per_part;
+    float* cb = reinterpret_cast<float*>(band + (band_n + 15) / 16 * 16); // cap x np
+    float* ct = cb + d.cap * np;                                          // np x cap
+    std::memset(band + band_used, 0, sizeof(word) * (band_n - band_used));
     const float* trows[16];
     const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     for (index_t u = u0; u < u1; ++u) {
       const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
       const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
-      fill_band(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 * g.sh - g.pt, band);
-      for (index_t pc = 0; pc < kred; pc += KC) {
-        const index_t kc = std::min(KC, kred - pc);
-        const float* bs = pb + (gi * kred + pc) * np;
-        for (index_t ip = 0; ip < slots; ip += MR) {
-          // The band offset of slot ip: output row ip / SP, column ip % SP (any slot when linear).
-          const float* a0 = band + ip / d.SP * g.sh * d.Wp + ip % d.SP * g.sw;
-          for (index_t jp = 0; jp < np; jp += NR) {
+      const T* img = in + n * in_ns + gi * g.cin * in_cs;
+      if constexpr (Pairs) {
+#if TESSERA_GEMM_AVX512BF16
+        fill_band_pairs(g, d, img, in_cs, in_hs, p0 * g.sh - g.pt, band);
+#endif
+      } else {
+        fill_band(g, d, img, in_cs, in_hs, p0 * g.sh - g.pt, band);
+      }
+      for (index_t pc = 0; pc < steps; pc += KC) {
+        const index_t kc = std::min(KC, steps - pc);
+        const word* bs = pb + (gi * steps + pc) * np;
+        // Channel panels outer: one panel of weights (kc x NR words) and the band stay in L1
+        // while the slot panels run over them.
+        for (index_t jp = 0; jp < np; jp += NR) {
+          for (index_t ip = 0; ip < slots; ip += MR) {
+            // The band offset of slot ip: output row ip / SP, column ip % SP (any slot when
+            // linear).
+            const word* a0 = band + ip / d.SP * g.sh * d.Wp + ip % d.SP * g.sw;
             float* c0 = cb + ip * np + jp;
-            if (g.sw == 1) {
+            if constexpr (Pairs) {
+#if TESSERA_GEMM_AVX512BF16
+              if (g.sw == 1) {
+                micro_pairs<1>(kc, a0, off + pc, bs + jp * kc, c0, np, pc > 0);
+              } else {
+                micro_pairs<2>(kc, a0, off + pc, bs + jp * kc, c0, np, pc > 0);
+              }
+#endif
+            } else if (g.sw == 1) {
               micro_direct<1>(kc, a0, off + pc, bs + jp * kc, c0, np, pc > 0);
             } else {
               micro_direct<2>(kc, a0, off + pc, bs + jp * kc, c0, np, pc > 0);
@@ -909,6 +1072,18 @@ inline constexpr bool implicit_capable_v =
 #else
     is_host_exec_v<Exec>&& hostgemm::have_simd&& std::is_same_v<PA, fp32>&&
         std::is_same_v<PB, fp32>;
+#endif
+
+/// True when conv2d can take the bf16 pairs form of the direct path (implicit_conv::run_direct
+/// with Pairs) for operands of precisions PA and PB on Exec: a host space, a build for
+/// AVX512_BF16, both precisions exact in bf16 (bf16, fp8). implicit_conv::pairs_direct_for says
+/// whether a given convolution takes it on this CPU.
+template <class Exec, class PA, class PB>
+inline constexpr bool implicit_pairs_capable_v =
+#if TESSERA_DEVICE_PASS || !TESSERA_GEMM_AVX512BF16
+    false;
+#else
+    is_host_exec_v<Exec>&& hostgemm::amx_input_v<PA>&& hostgemm::amx_input_v<PB>;
 #endif
 
 } // namespace tessera::detail

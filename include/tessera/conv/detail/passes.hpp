@@ -223,12 +223,16 @@ struct forward_pass {
 
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
-    if constexpr (implicit_capable_v<Exec, px, pw>) {
-      if (use_implicit(pb, pb.Kg, pb.crs())) {
+    // fp32 operands: the fp32 implicit paths; operands exact in bf16: the bf16 pairs form of
+    // the direct path where the CPU and the layout allow, else im2col and the GEMM.
+    constexpr bool pairs = implicit_pairs_capable_v<Exec, px, pw>;
+    if constexpr (implicit_capable_v<Exec, px, pw> || pairs) {
+      const auto g = forward_geometry(pb, alpha);
+      if (use_implicit(pb, pb.Kg, pb.crs()) && (!pairs || implicit_conv::pairs_direct_for(g))) {
         // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
         const index_t Kg = pb.Kg, ws0 = w.stride(0);
-        run_implicit(
-            exec, forward_geometry(pb, alpha), x, w, y, ws,
+        run_implicit<pairs>(
+            exec, g, x, w, y, ws,
             [=](const auto* wd, index_t gi, index_t kk, index_t j) {
               return to_float(wd[(gi * Kg + j) * ws0 + kk]);
             },
@@ -314,14 +318,17 @@ struct backward_data_pass {
 
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
-    if constexpr (implicit_capable_v<Exec, pdy, pw>) {
+    constexpr bool pairs = implicit_pairs_capable_v<Exec, pdy, pw>; // as in forward_pass
+    if constexpr (implicit_capable_v<Exec, pdy, pw> || pairs) {
+      const auto g = backward_data_geometry(pb, alpha);
       if (pb.prm.stride_h == 1 && pb.prm.stride_w == 1 &&
-          use_implicit(pb, pb.Cg, crs_of(pb, pb.Kg))) {
+          use_implicit(pb, pb.Cg, crs_of(pb, pb.Kg)) &&
+          (!pairs || implicit_conv::pairs_direct_for(g))) {
         // Tap kk = (k, r, s) reads w[k, j, R-1-r, S-1-s]: offset (R*S - 1 - (r*S + s)) in the
         // row-major (R, S) plane of input channel j, planes R*S apart.
         const index_t Kg = pb.Kg, ws0 = w.stride(0), RS = pb.R * pb.S;
-        run_implicit(
-            exec, backward_data_geometry(pb, alpha), dy, w, dx, ws,
+        run_implicit<pairs>(
+            exec, g, dy, w, dx, ws,
             [=](const auto* wd, index_t gi, index_t kk, index_t j) {
               const index_t k = kk / RS, t = kk - k * RS;
               return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);

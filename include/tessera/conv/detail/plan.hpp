@@ -130,37 +130,47 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
 /// that turns the fp32 value alpha * sum of output channel k into the stored one (bias,
 /// epilogue, rounding): a function per channel holds its bias by value, so that a run of one
 /// channel's outputs is a loop GCC vectorises (through store_value(k, v) it reloaded the bias
-/// per element, the output possibly aliasing it).
-template <class Exec, class IV, class WV, class OV, class M, class WVal, class StoreValue>
+/// per element, the output possibly aliasing it). Pairs: the bf16 pairs form of the direct path
+/// (the caller checked implicit_conv::pairs_direct_for(g); wval's values are exact in bf16).
+template <bool Pairs = false, class Exec, class IV, class WV, class OV, class M, class WVal,
+          class StoreValue>
 void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& in, const WV& w,
                   const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
                   const StoreValue& store_value) {
   namespace ic = implicit_conv;
-  const ic::direct_layout d = ic::direct_layout_for(g);
+  const ic::direct_layout d = ic::direct_layout_for(g, Pairs);
   const auto parts =
       static_cast<std::size_t>(d.ok ? ic::direct_parts(exec, g, d) : ic::parts_for(exec, g));
   const std::size_t scratch =
-      d.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
+      d.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(d.steps(g))) +
                  parts * d.part_floats(g) * 4
            : parts * (ic::a_floats() + ic::c_floats(g)) * 4;
-  const auto [b_mem, s_mem] = carve<2>(ws, {ic::packed_b_floats(g) * 4, scratch});
-  auto* packed = reinterpret_cast<float*>(b_mem);
+  const std::size_t packed_words =
+      Pairs ? static_cast<std::size_t>(g.G * d.steps(g) * g.npad()) : ic::packed_b_floats(g);
+  const auto [b_mem, s_mem] = carve<2>(ws, {packed_words * 4, scratch});
   const auto* wd = w.data();
-  ic::pack_weights(exec, g, packed,
-                   [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
+  const auto wv = [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); };
+  if constexpr (Pairs) {
+#if TESSERA_GEMM_AVX512BF16
+    ic::pack_weight_pairs(exec, g, d, reinterpret_cast<std::uint32_t*>(b_mem), wv);
+#endif
+  } else {
+    ic::pack_weights(exec, g, reinterpret_cast<float*>(b_mem), wv);
+  }
   exec.fence();
   if (d.ok) {
     const float alpha = g.alpha;
-    ic::run_direct(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), packed,
-                   out.data(), out.stride(0), out.stride(1), s_mem,
-                   [&](const float* sums, index_t k, auto* dst, index_t count) {
-                     const auto f = store_value(k);
-                     for (index_t i = 0; i < count; ++i) dst[i] = f(alpha * sums[i]);
-                   });
-  } else {
+    ic::run_direct<Pairs>(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), b_mem,
+                          out.data(), out.stride(0), out.stride(1), s_mem,
+                          [&](const float* sums, index_t k, auto* dst, index_t count) {
+                            const auto f = store_value(k);
+                            for (index_t i = 0; i < count; ++i) dst[i] = f(alpha * sums[i]);
+                          });
+  } else if constexpr (!Pairs) {
     const index_t np = g.npad();
-    ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2), packed, out.data(),
-            out.stride(0), out.stride(1), reinterpret_cast<float*>(s_mem),
+    ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2),
+            reinterpret_cast<const float*>(b_mem), out.data(), out.stride(0), out.stride(1),
+            reinterpret_cast<float*>(s_mem),
             [&](const float* sums, index_t k, auto* dst, index_t count) {
               const auto f = store_value(k);
               for (index_t i = 0; i < count; ++i) dst[i] = f(g.alpha * sums[i * np]);
