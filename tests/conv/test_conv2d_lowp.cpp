@@ -4,7 +4,13 @@
 // one, which the portability builds compile for every Kokkos and compiler, stays small.
 #include "conv_passes.hpp"
 
+#include <tessera/tensor/host_mirror.hpp>
+
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
 
 using namespace tessera;          // NOLINT: test file, not a header
 using namespace tessera::testing; // NOLINT
@@ -97,9 +103,24 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
              {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
        true, true, false});
   layers.push_back({shape(2, 120, 33, 10, 10, pad1), true, true, false});
+  // Backward-weight's bf16 dot products (32 columns a vector) need a reduction of 32 and 48
+  // vector steps per register block before the threads split the images: of the shared layers
+  // only 2 images of 30 x 30 padded columns (28 steps each) have them; 16 images of 14 x 14
+  // (7 steps each, blocks of 14 images) do; a first layer (reduction 9: widened to fp32) not.
+  const std::size_t shared = layers.size();
+  layers.push_back({shape(16, 32, 64, 14, 14, pad1), true, true, true});
+  layers.push_back({shape(16, 1, 32, 14, 14, pad1), false, false, false});
+  const auto weight_pairs = [&](std::size_t li) {
+    return li < shared ? li == 1 : layers[li].weight_direct;
+  };
   int i = 0;
   for (const direct_layer& l : layers) {
     INFO(describe(l.s));
+    const bool wp =
+        ic::weight_direct_layout_for(detail::forward_geometry(problem_of(l.s), 1.f),
+                                     Kokkos::DefaultExecutionSpace{}.concurrency(), true)
+            .ok;
+    CHECK(wp == (pairs && weight_pairs(static_cast<std::size_t>(i))));
     const auto pb = problem_of(l.s);
     const auto fg = detail::forward_geometry(pb, 1.f);
     const bool fwd = detail::use_implicit(pb, pb.Kg, pb.crs()) && ic::pairs_direct_for(fg);
@@ -117,6 +138,52 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
       check_all_passes<fp8_e4m3, bf16, bf16>(exec{}, l.s, seed, budgets[0]);
     }
     ++i;
+  }
+}
+#endif
+
+#if !TESSERA_DEVICE_PASS
+TEST_CASE("conv2d_backward_weight bf16 with Inf and NaN in x: only true pairs are multiplied",
+          "[conv][bf16][implicit]") {
+  // As the fp32 case (test_conv2d.cpp): the bf16 dot products run over padded rows whose extra
+  // columns meet zeros of dy; a band holding Inf or NaN runs row by row with masked tails.
+  conv_shape s;
+  s.N = 16, s.C = 16, s.K = 32, s.H = 14, s.W = 14, s.R = 3, s.S = 3;
+  s.prm = {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const bool pairs =
+      detail::implicit_conv::pairs_cpu() && detail::implicit_conv::weight_direct_layout_for(
+                                                detail::forward_geometry(problem_of(s), 1.f),
+                                                Kokkos::DefaultExecutionSpace{}.concurrency(), true)
+                                                .ok;
+  if (!pairs) WARN("no bf16 dot products on this build and CPU: the GEMM path is checked");
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {inf, -inf, std::numeric_limits<float>::quiet_NaN()}) {
+    INFO("x holds " << bad);
+    auto x = random_tensor<bf16>(77, s.N, s.C, s.H, s.W);
+    auto dy = random_tensor<bf16>(78, s.N, s.K, s.P(), s.Q());
+    auto xh = host_mirror_copy(x);
+    xh(2, 5, 7, s.W - 1) = bfloat16::from_float(bad); // a row's last column
+    xh(9, 9, 0, 0) = bfloat16::from_float(bad);
+    copy_from_host(x, xh);
+    tensor4<fp32> dw("dw", s.K, s.C, s.R, s.S);
+    conv2d_workspace<> ws;
+    conv2d_backward_weight(Kokkos::DefaultExecutionSpace{}, x, dy, dw, s.prm, ws);
+    const auto ref = reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy));
+    const auto got = to_doubles(dw);
+    int finite = 0, nonfinite = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      const double r = ref.value[e], v = got[e];
+      if (std::isfinite(r)) {
+        ++finite;
+        REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], s.N * s.P() * s.Q() + 2));
+      } else {
+        ++nonfinite;
+        REQUIRE(std::isnan(v) == std::isnan(r));
+        if (!std::isnan(r)) REQUIRE(v == r);
+      }
+    }
+    CHECK(finite > 0);
+    CHECK(nonfinite > 0);
   }
 }
 #endif

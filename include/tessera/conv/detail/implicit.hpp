@@ -523,20 +523,25 @@ void pack_weight_pairs(const Exec& exec, const geometry& g, const direct_layout&
 }
 #endif // TESSERA_GEMM_AVX512BF16
 
-/// True when a convolution of geometry g with operands exact in bf16 runs the bf16 pairs path:
-/// compiled for AVX512_BF16, the CPU has it and no usable AMX (AMX machines keep im2col and the
-/// AMX GEMM), and the band layout applies.
-inline bool pairs_direct_for(const geometry& g) {
+/// True when this CPU runs the bf16 pairs forms (run_direct with Pairs, run_weight_direct on
+/// bf16): the build targets AVX512_BF16, the CPU has it, and AMX is not usable (AMX machines
+/// keep im2col and the AMX GEMM).
+inline bool pairs_cpu() {
 #if TESSERA_GEMM_AVX512BF16
   bool amx = false;
 #if TESSERA_GEMM_AMX
   amx = cpu::amx_bf16_usable();
 #endif
-  return !amx && cpu::has_avx512bf16() && direct_layout_for(g, true).ok;
+  return !amx && cpu::has_avx512bf16();
 #else
-  (void)g;
   return false;
 #endif
+}
+
+/// True when a convolution of geometry g with operands exact in bf16 takes the pairs form of
+/// the direct path on this CPU.
+inline bool pairs_direct_for(const geometry& g) {
+  return pairs_cpu() && direct_layout_for(g, true).ok;
 }
 
 /// run() through the direct path (d.ok): same operands, store(sums, k, dst, count) now reads
@@ -823,41 +828,54 @@ inline constexpr index_t wKB = 4, wTB = 6;
 
 struct weight_direct_layout {
   bool ok = false;
+  bool pairs = false; ///< bf16 elements (2 bytes, 32 per vector), else fp32 (4, 16)
   index_t Wp = 0, BR = 0, BH = 0, bands = 0; ///< band row length, output rows, input rows
   index_t NB = 0, nblk = 0;                  ///< images per unit (at most), blocks of images
-  bool padded_dy = false; ///< Wp > Wout: dy is copied onto the band's grid (zero columns)
+  bool padded_dy = false; ///< dy is copied onto the band's grid (zero columns past Wout)
+  index_t lanes() const noexcept { return pairs ? 32 : 16; }
   index_t units(const geometry& g) const noexcept { return g.G * nblk * bands; }
-  /// A band, with slack for the last row's reads past its end (zeros), rounded up to 16.
+  /// A band in elements, with slack for the last row's reads past its end (zeros), rounded up
+  /// to 64 bytes.
   std::size_t band_stride(const geometry& g) const noexcept {
-    return static_cast<std::size_t>(g.cin * BH * Wp + (g.S - 1) * g.dw + 16 + 15) / 16 * 16;
+    const index_t L = lanes();
+    return static_cast<std::size_t>(g.cin * BH * Wp + (g.S - 1) * g.dw + L + L - 1) / L * L;
   }
-  /// dy of one image on the band's grid (cout x BR x Wp), or 0.
+  /// dy of one image on the band's grid (cout x BR x Wp elements), or 0.
   std::size_t dyp_stride(const geometry& g) const noexcept {
-    return padded_dy ? static_cast<std::size_t>(g.cout * BR * Wp + 15) / 16 * 16 : 0;
+    const index_t L = lanes();
+    return padded_dy ? static_cast<std::size_t>(g.cout * BR * Wp + L - 1) / L * L : 0;
   }
-  /// Per thread: NB bands and padded dy, and the dW sums (G x cout x kred).
-  std::size_t part_floats(const geometry& g) const noexcept {
-    return static_cast<std::size_t>(NB) * (band_stride(g) + dyp_stride(g)) +
-           static_cast<std::size_t>(g.G * g.cout * g.kred());
+  /// Bytes of the elements of a thread: NB bands and padded dy (a multiple of 64).
+  std::size_t element_bytes(const geometry& g) const noexcept {
+    return static_cast<std::size_t>(NB) * (band_stride(g) + dyp_stride(g)) * (pairs ? 2 : 4);
+  }
+  /// Per thread: the elements, then the dW sums (G x cout x kred floats).
+  std::size_t part_bytes(const geometry& g) const noexcept {
+    return element_bytes(g) + static_cast<std::size_t>(g.G * g.cout * g.kred()) * 4;
   }
 };
 
 /// threads: the threads that will share the units (blocks of images are made a multiple of it
 /// where the batch allows).
-inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t threads) {
+/// pairs: the layout of bf16 elements (weight_block_pairs), which always copies dy onto the
+/// band's grid (as bf16: dy in fp8 is widened there) and needs a reduction of 32 or more.
+inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t threads,
+                                                     bool pairs = false) {
   weight_direct_layout d;
+  d.pairs = pairs;
 #if !defined(__AVX512F__)
   return d; // the dot products are written in AVX-512
 #endif
   if (g.sh != 1 || g.sw != 1 || g.Hout < 1 || g.Wout < 1 || g.N < 1) return d;
+  if (pairs && g.kred() < 32) return d;
   d.Wp = g.Wout + (g.S - 1) * g.dw;
   // dy is copied onto the band's grid only when the copy (cout x pixels) is small beside the
   // products (cout x pixels x kred): with a reduction under 32 (a first layer, 1 x 3 x 3) the
   // rows run one by one on dy itself, their tails masked.
-  d.padded_dy = d.Wp > g.Wout && g.kred() >= 32;
+  d.padded_dy = pairs || (d.Wp > g.Wout && g.kred() >= 32);
   // Bands of NB images stay in L2 (512 KiB: half of Zen 4/5's L2, a quarter of Sapphire
   // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
-  constexpr index_t budget = (index_t(512) << 10) / 4; // floats
+  const index_t budget = (index_t(512) << 10) / (pairs ? 2 : 4); // elements
   const auto band = [&](index_t br) { return g.cin * (br + (g.R - 1) * g.dh) * d.Wp; };
   d.BR = g.Hout;
   while (d.BR > 1 && band(d.BR) > budget) d.BR = (d.BR + 1) / 2;
@@ -865,8 +883,9 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   d.BR = (g.Hout + d.bands - 1) / d.bands;
   d.BH = d.BR + (g.R - 1) * g.dh;
   // Vectors per image and register block.
+  const index_t L = d.lanes();
   const index_t steps =
-      d.Wp == g.Wout || d.padded_dy ? (d.BR * d.Wp + 15) / 16 : d.BR * ((g.Wout + 15) / 16);
+      d.Wp == g.Wout || d.padded_dy ? (d.BR * d.Wp + L - 1) / L : d.BR * ((g.Wout + L - 1) / L);
   const index_t fit = std::max<index_t>(1, budget / std::max<index_t>(1, band(d.BR)));
   d.NB = std::clamp<index_t>((96 + steps - 1) / steps, 1, std::min(fit, g.N));
   // Each register block ends in 24 lane sums and an update of the dW sums: under 48 vector
@@ -897,6 +916,92 @@ inline bool all_finite(const float* v, std::size_t n) {
   }
   return bad == 0;
 }
+
+/// True when none of the n bf16 values (bits) at v is Inf or NaN.
+inline bool all_finite(const std::uint16_t* v, std::size_t n) {
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad |= (v[i] & 0x7f80u) == 0x7f80u;
+  return bad == 0;
+}
+
+/// fill_band for bf16 elements (bits; fp8 widened exactly): input rows [h0, h0 + BH) of cin
+/// channel planes, shifted right by pl columns, zero-padded to Wp.
+template <class T>
+void fill_band_bf16(const geometry& g, const direct_layout& d, const T* in, index_t cs, index_t hs,
+                    index_t h0, std::uint16_t* band) {
+  index_t lo, hi; // band columns holding input columns: wc = w + pl
+  valid_output_range(g.Win, d.Wp, 1, -g.pl, lo, hi);
+  for (index_t c = 0; c < g.cin; ++c)
+    for (index_t hr = 0; hr < d.BH; ++hr) {
+      std::uint16_t* row = band + (c * d.BH + hr) * d.Wp;
+      const index_t h = h0 + hr;
+      if (h < 0 || h >= g.Hin) {
+        std::memset(row, 0, sizeof(std::uint16_t) * static_cast<std::size_t>(d.Wp));
+        continue;
+      }
+      std::memset(row, 0, sizeof(std::uint16_t) * static_cast<std::size_t>(lo));
+      hostgemm::load_bf16(in + c * cs + h * hs + (lo - g.pl), row + lo, hi - lo);
+      std::memset(row + hi, 0, sizeof(std::uint16_t) * static_cast<std::size_t>(d.Wp - hi));
+    }
+}
+
+#if TESSERA_GEMM_AVX512BF16
+/// weight_block for bf16 elements: 32 columns per vector, VDPBF16PS adding the products of
+/// columns 2j and 2j + 1 to lane j (exact products, fp32 sums, denormals flushed).
+[[gnu::noinline]] inline void weight_block_pairs(const std::uint16_t* const* dy, index_t dy_is,
+                                                 index_t dy_rs, const std::uint16_t* const* x,
+                                                 index_t x_is, index_t x_rs, index_t nb,
+                                                 index_t rows, index_t n, float* out) {
+  __m512 acc[wKB][wTB];
+#pragma GCC unroll 4
+  for (index_t i = 0; i < wKB; ++i)
+#pragma GCC unroll 6
+    for (index_t t = 0; t < wTB; ++t) acc[i][t] = _mm512_setzero_ps();
+  const std::uint16_t *d0 = dy[0], *d1 = dy[1], *d2 = dy[2], *d3 = dy[3];
+  const std::uint16_t *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
+  static_assert(wKB == 4 && wTB == 6, "weight_block_pairs names its rows");
+  const index_t whole = n / 32 * 32;
+  const auto m = static_cast<__mmask32>((std::uint64_t(1) << (n - whole)) - 1);
+  for (index_t b = 0; b < nb; ++b)
+    for (index_t p = 0; p < rows; ++p) {
+      const index_t od = b * dy_is + p * dy_rs, ox = b * x_is + p * x_rs;
+      for (index_t j = 0; j < whole; j += 32) {
+        const __m512bh d[wKB] = {
+            (__m512bh)_mm512_loadu_si512(d0 + od + j), (__m512bh)_mm512_loadu_si512(d1 + od + j),
+            (__m512bh)_mm512_loadu_si512(d2 + od + j), (__m512bh)_mm512_loadu_si512(d3 + od + j)};
+        const std::uint16_t* xs[wTB] = {x0 + ox + j, x1 + ox + j, x2 + ox + j,
+                                        x3 + ox + j, x4 + ox + j, x5 + ox + j};
+#pragma GCC unroll 6
+        for (index_t t = 0; t < wTB; ++t) {
+          __m512i xv = _mm512_loadu_si512(xs[t]);
+          asm("" : "+v"(xv)); // one load, four products (see weight_block)
+#pragma GCC unroll 4
+          for (index_t i = 0; i < wKB; ++i)
+            acc[i][t] = _mm512_dpbf16_ps(acc[i][t], d[i], (__m512bh)xv);
+        }
+      }
+      if (whole < n) {
+        const index_t j = whole;
+        const __m512bh d[wKB] = {(__m512bh)_mm512_maskz_loadu_epi16(m, d0 + od + j),
+                                 (__m512bh)_mm512_maskz_loadu_epi16(m, d1 + od + j),
+                                 (__m512bh)_mm512_maskz_loadu_epi16(m, d2 + od + j),
+                                 (__m512bh)_mm512_maskz_loadu_epi16(m, d3 + od + j)};
+        const std::uint16_t* xs[wTB] = {x0 + ox + j, x1 + ox + j, x2 + ox + j,
+                                        x3 + ox + j, x4 + ox + j, x5 + ox + j};
+#pragma GCC unroll 6
+        for (index_t t = 0; t < wTB; ++t) {
+          const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, xs[t]);
+#pragma GCC unroll 4
+          for (index_t i = 0; i < wKB; ++i) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], d[i], xv);
+        }
+      }
+    }
+#pragma GCC unroll 4
+  for (index_t i = 0; i < wKB; ++i)
+#pragma GCC unroll 6
+    for (index_t t = 0; t < wTB; ++t) out[i * wTB + t] = _mm512_reduce_add_ps(acc[i][t]);
+}
+#endif // TESSERA_GEMM_AVX512BF16
 
 #if defined(__AVX512F__)
 /// out[i * wTB + t] = sum over images b < nb, rows p < rows and columns j < n of
@@ -959,13 +1064,16 @@ inline bool all_finite(const float* v, std::size_t n) {
 }
 
 /// Backward-weight through dot products (d.ok): x (in) and dy as for run_weight; store(k, kk,
-/// v) for every output channel and tap with v = alpha * sum. scratch: g.kred() offsets (index_t,
-/// rounded up to 64 bytes), then weight_direct_parts(exec, g, d) * d.part_floats(g) floats.
-template <class Exec, class Store>
+/// v) for every output channel and tap with v = alpha * sum. d.pairs: x and dy of precisions
+/// exact in bf16, run as bf16 (weight_block_pairs), else fp32. scratch: g.kred() offsets
+/// (index_t, rounded up to 64 bytes), then weight_direct_parts(exec, g, d) * d.part_bytes(g).
+template <class Exec, class TX, class TD, class Store>
 void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_layout& d,
-                       const float* in, index_t in_ns, index_t in_cs, index_t in_hs,
-                       const float* dy, index_t dy_ns, index_t dy_cs, void* scratch,
-                       const Store& store) {
+                       const TX* in, index_t in_ns, index_t in_cs, index_t in_hs, const TD* dy,
+                       index_t dy_ns, index_t dy_cs, void* scratch, const Store& store) {
+  constexpr bool pairs = !std::is_same_v<TX, float>;
+  using E = std::conditional_t<pairs, std::uint16_t, float>; // element of bands and dy grid
+  static_assert(pairs || std::is_same_v<TD, float>, "fp32 dot products take fp32 x and dy");
   const int parts = weight_direct_parts(exec, g, d);
   const index_t units = d.units(g), kred = g.kred(), RS = g.R * g.S, cout = g.cout;
   auto* off = static_cast<index_t*>(scratch);
@@ -973,62 +1081,85 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
     const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
     off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
   }
-  float* base = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
-                                         round_up_64(sizeof(index_t) * kred));
-  const std::size_t per_part = d.part_floats(g);
+  auto* base = static_cast<unsigned char*>(scratch) + round_up_64(sizeof(index_t) * kred);
+  const std::size_t per_part = d.part_bytes(g), elems = d.element_bytes(g);
   const std::size_t band_stride = d.band_stride(g), dyp_stride = d.dyp_stride(g);
   const std::size_t band_n = static_cast<std::size_t>(g.cin * d.BH * d.Wp);
   const geometry bg{.cin = g.cin, .Hin = g.Hin, .Win = g.Win, .pl = g.pl}; // for fill_band
   const direct_layout fl{.BH = d.BH, .Wp = d.Wp};
   const auto body = [&](const int part) {
-    float* bands = base + static_cast<std::size_t>(part) * per_part;   // NB x band_stride
-    float* dyp = bands + static_cast<std::size_t>(d.NB) * band_stride; // NB x dyp_stride
-    float* sums = dyp + static_cast<std::size_t>(d.NB) * dyp_stride;   // G x cout x kred
+    unsigned char* mine = base + static_cast<std::size_t>(part) * per_part;
+    E* bands = reinterpret_cast<E*>(mine);                         // NB x band_stride
+    E* dyp = bands + static_cast<std::size_t>(d.NB) * band_stride; // NB x dyp_stride
+    auto* sums = reinterpret_cast<float*>(mine + elems);           // G x cout x kred
     std::memset(sums, 0, sizeof(float) * static_cast<std::size_t>(g.G * cout * kred));
     const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     for (index_t u = u0; u < u1; ++u) {
       const index_t gi = u / (d.nblk * d.bands), blk = u / d.bands % d.nblk;
       const index_t n0 = g.N * blk / d.nblk, nb = g.N * (blk + 1) / d.nblk - n0;
       const index_t p0 = u % d.bands * d.BR, rows = std::min(d.BR, g.Hout - p0);
-      const float* dyimg = dy + n0 * dy_ns + gi * cout * dy_cs + p0 * g.Wout;
+      const TD* dyimg = dy + n0 * dy_ns + gi * cout * dy_cs + p0 * g.Wout;
       bool finite = true;
       for (index_t b = 0; b < nb; ++b) {
-        float* band = bands + static_cast<std::size_t>(b) * band_stride;
-        fill_band(bg, fl, in + (n0 + b) * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 - g.pt,
-                  band);
-        std::memset(band + band_n, 0, sizeof(float) * (band_stride - band_n));
+        E* band = bands + static_cast<std::size_t>(b) * band_stride;
+        const TX* img = in + (n0 + b) * in_ns + gi * g.cin * in_cs;
+        if constexpr (pairs) {
+          fill_band_bf16(bg, fl, img, in_cs, in_hs, p0 - g.pt, band);
+        } else {
+          fill_band(bg, fl, img, in_cs, in_hs, p0 - g.pt, band);
+        }
+        std::memset(band + band_n, 0, sizeof(E) * (band_stride - band_n));
         if (!d.padded_dy) continue;
         // dy on the band's grid: Wp - Wout zero columns after each row.
-        float* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
+        E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
         for (index_t k = 0; k < cout; ++k)
           for (index_t p = 0; p < rows; ++p) {
-            float* row = dp + (k * d.BR + p) * d.Wp;
-            std::memcpy(row, dyimg + b * dy_ns + k * dy_cs + p * g.Wout,
-                        sizeof(float) * static_cast<std::size_t>(g.Wout));
-            for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = 0.f;
+            E* row = dp + (k * d.BR + p) * d.Wp;
+            const TD* src = dyimg + b * dy_ns + k * dy_cs + p * g.Wout;
+            if constexpr (pairs) {
+              hostgemm::load_bf16(src, row, g.Wout);
+            } else {
+              std::memcpy(row, src, sizeof(float) * static_cast<std::size_t>(g.Wout));
+            }
+            for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = E(0);
           }
         finite = finite && all_finite(band, band_n);
       }
       // Linear runs over whole bands: dy itself (Wp == Wout) or dy on the grid, whose zero
       // columns meet the band's columns past the output row (finite, so the products are 0).
-      // A band holding Inf or NaN runs row by row on dy instead, each row's tail masked, so
-      // that only true pairs are multiplied (as do the rows when dy is not copied).
+      // A band holding Inf or NaN runs row by row, each row's tail masked, so that only true
+      // pairs are multiplied (as do the rows when dy is not copied): on dy itself in fp32, on
+      // the grid for bf16 (always copied).
       const bool linear = d.Wp == g.Wout || (d.padded_dy && finite);
-      const float* dyb = d.padded_dy && linear ? dyp : dyimg;
-      const index_t dcs = d.padded_dy && linear ? d.BR * d.Wp : dy_cs;
-      const index_t dis = d.padded_dy && linear ? static_cast<index_t>(dyp_stride) : dy_ns;
+      const bool grid = d.padded_dy && (linear || pairs);
+      const E* dyb;
+      if constexpr (pairs) {
+        dyb = dyp;
+      } else {
+        dyb = grid ? dyp : dyimg;
+      }
+      const index_t dcs = grid ? d.BR * d.Wp : dy_cs;
+      const index_t dis = grid ? static_cast<index_t>(dyp_stride) : dy_ns;
+      const index_t drs = grid ? d.Wp : g.Wout;
       const index_t rn = linear ? 1 : rows, n = linear ? rows * d.Wp : g.Wout;
       float* sg = sums + gi * cout * kred;
-      const float* dyr[wKB];
-      const float* xr[wTB];
+      const E* dyr[wKB];
+      const E* xr[wTB];
       for (index_t k0 = 0; k0 < cout; k0 += wKB)
         for (index_t t0 = 0; t0 < kred; t0 += wTB) {
           for (index_t i = 0; i < wKB; ++i) // channels past cout repeat the last one
             dyr[i] = dyb + std::min(k0 + i, cout - 1) * dcs;
           for (index_t t = 0; t < wTB; ++t) xr[t] = bands + off[std::min(t0 + t, kred - 1)];
           float out[wKB * wTB];
-          weight_block(dyr, dis, g.Wout, xr, static_cast<index_t>(band_stride), d.Wp, nb, rn, n,
-                       out);
+          if constexpr (pairs) {
+#if TESSERA_GEMM_AVX512BF16
+            weight_block_pairs(dyr, dis, drs, xr, static_cast<index_t>(band_stride), d.Wp, nb, rn,
+                               n, out);
+#endif
+          } else {
+            weight_block(dyr, dis, drs, xr, static_cast<index_t>(band_stride), d.Wp, nb, rn, n,
+                         out);
+          }
           for (index_t i = 0; i < wKB && k0 + i < cout; ++i)
             for (index_t t = 0; t < wTB && t0 + t < kred; ++t)
               sg[(k0 + i) * kred + t0 + t] += out[i * wTB + t];
@@ -1043,15 +1174,15 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         Kokkos::RangePolicy<Exec, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts), body);
   }
   // dw[k, kk] = alpha * (sum over threads, in order, of their sums).
-  const std::size_t soff = static_cast<std::size_t>(d.NB) * (band_stride + dyp_stride);
   const float alpha = g.alpha;
   Kokkos::parallel_for("tessera::conv2d_backward_weight[implicit direct sum]",
                        Kokkos::RangePolicy<Exec>(exec, 0, g.G * cout), [=](const index_t row) {
                          for (index_t kk = 0; kk < kred; ++kk) {
                            float v = 0.f;
                            for (int p = 0; p < parts; ++p)
-                             v += base[per_part * static_cast<std::size_t>(p) + soff +
-                                       static_cast<std::size_t>(row * kred + kk)];
+                             v += reinterpret_cast<const float*>(
+                                 base + per_part * static_cast<std::size_t>(p) +
+                                 elems)[row * kred + kk];
                            store(row, kk, alpha * v);
                          }
                        });

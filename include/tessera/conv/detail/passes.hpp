@@ -421,6 +421,22 @@ struct backward_weight_pass {
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
     if constexpr (implicit_capable_v<Exec, fp32, fp32>) {
+      namespace ic = implicit_conv;
+      const auto g = forward_geometry(pb, alpha);
+      // x and dy exact in bf16 (bf16, fp8) with stride 1 run the dot products in bf16 pairs
+      // where the CPU has AVX512_BF16 and no usable AMX, as the forward pass does.
+      if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
+        if (pb.N > 0 && pb.Kg >= implicit_min_channels && ic::pairs_cpu()) {
+          const auto dl = ic::weight_direct_layout_for(g, exec.concurrency(), true);
+          if (dl.ok) {
+            const auto [s_mem] = carve<1>(ws, {scratch_bytes(g, dl)});
+            ic::run_weight_direct(exec, g, dl, x.data(), x.stride(0), x.stride(1), x.stride(2),
+                                  dy.data(), dy.stride(0), dy.stride(1), s_mem, store_dw());
+            exec.fence();
+            return true;
+          }
+        }
+      }
       // fp32 x and dy run the implicit path as they are. Low-precision ones only with a
       // reduction C/groups*R*S under 16 (a first layer: 1 x 3 x 3), where the GEMM dW = dy col^T
       // is too thin for the low-precision kernels and decodes every element in the direct loop
@@ -428,19 +444,11 @@ struct backward_weight_pass {
       constexpr bool native = implicit_capable_v<Exec, px, pdy>;
       const bool widen = !native && pb.crs() < 16 && x.is_contiguous() && dy.is_contiguous();
       if (pb.N > 0 && pb.Kg >= implicit_min_channels && (native || widen)) {
-        namespace ic = implicit_conv;
-        const auto g = forward_geometry(pb, alpha);
         // Stride 1 on AVX-512: dot products along output rows; else gathers and transposes.
         const ic::weight_direct_layout dl = ic::weight_direct_layout_for(g, exec.concurrency());
-        const std::size_t scratch =
-            dl.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
-                        static_cast<std::size_t>(ic::weight_direct_parts(exec, g, dl)) *
-                            dl.part_floats(g) * 4
-                  : static_cast<std::size_t>(ic::weight_parts(exec, g)) *
-                        ic::weight_scratch_floats(g) * 4;
         const std::size_t nx = native ? 0 : static_cast<std::size_t>(x.size());
         const std::size_t ndy = native ? 0 : static_cast<std::size_t>(dy.size());
-        const auto [x_mem, dy_mem, s_mem] = carve<3>(ws, {nx * 4, ndy * 4, scratch});
+        const auto [x_mem, dy_mem, s_mem] = carve<3>(ws, {nx * 4, ndy * 4, scratch_bytes(g, dl)});
         const float* xin;
         const float* dyin;
         std::array<index_t, 3> xs{x.stride(0), x.stride(1), x.stride(2)};
@@ -455,20 +463,14 @@ struct backward_weight_pass {
           convert_host_chunks<fp32, overflow_to_inf_nan>(exec, dy.data(), dyf, dy.size());
           xin = xf, dyin = dyf;
         }
-        // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
-        const index_t ws0 = dw.stride(0);
-        auto* dwd = dw.data();
-        const auto store = [=](index_t k, index_t kk, float v) {
-          dwd[k * ws0 + kk] = from_float<pdw>(v);
-        };
         if (dl.ok) {
 #if defined(__AVX512F__)
           ic::run_weight_direct(exec, g, dl, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1], s_mem,
-                                store);
+                                store_dw());
 #endif
         } else {
           ic::run_weight(exec, g, xin, xs[0], xs[1], xs[2], dyin, dys[0], dys[1],
-                         reinterpret_cast<float*>(s_mem), store);
+                         reinterpret_cast<float*>(s_mem), store_dw());
         }
         exec.fence();
         return true;
@@ -477,6 +479,26 @@ struct backward_weight_pass {
 #endif
     return false;
   }
+
+#if !TESSERA_DEVICE_PASS
+  // Scratch of run_weight_direct (dl.ok) or run_weight.
+  std::size_t scratch_bytes(const implicit_conv::geometry& g,
+                            const implicit_conv::weight_direct_layout& dl) const {
+    namespace ic = implicit_conv;
+    return dl.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
+                       static_cast<std::size_t>(ic::weight_direct_parts(exec, g, dl)) *
+                           dl.part_bytes(g)
+                 : static_cast<std::size_t>(ic::weight_parts(exec, g)) *
+                       ic::weight_scratch_floats(g) * 4;
+  }
+  // dw[k, kk] = v, rounded to dw's precision. A filter (C/groups, R, S) is row-major
+  // (require_rowmajor): tap kk is at offset kk.
+  auto store_dw() const {
+    const index_t ws0 = dw.stride(0);
+    auto* dwd = dw.data();
+    return [=](index_t k, index_t kk, float v) { dwd[k * ws0 + kk] = from_float<pdw>(v); };
+  }
+#endif
 
   conv_plan plan() {
     const index_t crs = pb.crs();
