@@ -181,3 +181,66 @@ TEST_CASE("nn::Sequential: fp8_states reach every fp8 slot and round-trip throug
   CHECK(snapshot() == saved);
   std::remove(path.c_str());
 }
+
+TEMPLATE_TEST_CASE("nn::Sequential: Conv2d + ReLU run fused, with the unfused layers' values",
+                   "[nn][sequential]", fp32, bf16) {
+  // The model's forward stores max(v, 0) in each convolution's output store and ReLU adopts
+  // it; running the same layers one by one (unfused: ReLU reads and writes the output again)
+  // must give the same outputs and gradients, bit for bit.
+  FashionCNN<TestType> model(5);
+  nn::SoftmaxCrossEntropy ce;
+  const index_t B = 5;
+  auto x = tensor_from<fp32>(uniform_values(B * 28 * 28, 6), extents<dyn, 1, 28, 28>(B));
+  Kokkos::View<int*> labels("labels", B);
+  for (index_t i = 0; i < B; ++i) labels(i) = static_cast<int>(i * 3 % 10);
+  const auto gradients = [&] {
+    std::vector<std::vector<double>> g;
+    boost::hana::for_each(model.parameters(),
+                          [&](const auto& p) { g.push_back(to_doubles(p.grad)); });
+    return g;
+  };
+  const auto fused_y = to_doubles(model.forward(exec_space(), x));
+  {
+    // The fused ReLUs keep no output of their own.
+    nn::activation_ledger relu1, relu2;
+    model.template layer<2>().count_activations(relu1);
+    model.template layer<5>().count_activations(relu2);
+    CHECK(relu1.bytes() == 0);
+    CHECK(relu2.bytes() == 0);
+  }
+  const auto [l1, d1] = ce.forward_backward(exec_space(), model.forward(exec_space(), x), labels);
+  model.backward(exec_space(), d1);
+  const auto fused_g = gradients();
+
+  const auto e = exec_space();
+  const auto unfused_forward = [&] {
+    auto& m = model;
+    auto a0 = m.template layer<0>().forward(e, x);
+    auto a1 = m.template layer<2>().forward(e, m.template layer<1>().forward(e, a0));
+    auto a2 = m.template layer<3>().forward(e, a1);
+    auto a3 = m.template layer<5>().forward(e, m.template layer<4>().forward(e, a2));
+    auto a4 = m.template layer<7>().forward(e, m.template layer<6>().forward(e, a3));
+    auto a5 = m.template layer<9>().forward(e, m.template layer<8>().forward(e, a4));
+    return m.template layer<10>().forward(e, a5);
+  };
+  CHECK(to_doubles(unfused_forward()) == fused_y);
+  {
+    nn::activation_ledger relu1;
+    model.template layer<2>().count_activations(relu1);
+    CHECK(relu1.bytes() > 0); // the unfused ReLU writes its own output
+  }
+  const auto [l2, d2] = ce.forward_backward(exec_space(), unfused_forward(), labels);
+  CHECK(l2 == l1);
+  auto& m = model;
+  auto g9 = m.template layer<9>().backward(e, m.template layer<10>().backward(e, d2));
+  auto g7 = m.template layer<7>().backward(e, m.template layer<8>().backward(e, g9));
+  auto g5 = m.template layer<5>().backward(e, m.template layer<6>().backward(e, g7));
+  auto g3 = m.template layer<3>().backward(e, m.template layer<4>().backward(e, g5));
+  m.template layer<1>().backward(e, m.template layer<2>().backward(e, g3), false);
+  const auto unfused_g = gradients();
+  REQUIRE(unfused_g.size() == fused_g.size());
+  for (std::size_t i = 0; i < fused_g.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(unfused_g[i] == fused_g[i]);
+  }
+}

@@ -61,6 +61,17 @@ public:
     return y;
   }
 
+  /// Takes y, which the layer before computed with detail::relu_store applied to its output
+  /// (nn::Sequential fuses them), as this layer's forward output: backward reads it there, so
+  /// y must stay unmodified until then (the layer before owns it until its next forward).
+  template <class P, class E>
+  void adopt_output(const Tensor<P, E, layout_right, M>& y) {
+    y_.release();
+    shape_.save(y.extents());
+    last_y_ = y.data();
+    last_kind_ = kind_of<P>();
+  }
+
   /// dx = dy where the last forward's output (equivalently its input) was > 0, else 0
   /// (PyTorch's choice at 0).
   template <class Exec, class P, class E>

@@ -117,10 +117,13 @@ public:
   }
 
   /// y = conv2d(x, W) + b; keeps the compute copy of x for backward. `reduce`
-  /// (detail::no_reduction) is applied to the fp32 sums of the convolution before the bias.
-  template <class Exec, class XP, class E, class R = detail::no_reduction>
+  /// (detail::no_reduction) is applied to the fp32 sums of the convolution before the bias;
+  /// `epi` (a float(float) functor, e.g. detail::relu_store) to sum + bias before the rounding.
+  template <class Exec, class XP, class E, class R = detail::no_reduction,
+            class Epi = tessera::detail::no_epilogue>
   Tensor<activation_precision, output_extents<E>, layout_right, M>
-  forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x, const R& reduce = {}) {
+  forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x, const R& reduce = {},
+          const Epi& epi = {}) {
     static_assert(accepts<E>, "tessera::nn::Conv2d::forward: x must be (B, InC, H, W) with the "
                               "dilated kernel fitting the padded image.");
     const char* op = "tessera::nn::Conv2d::forward";
@@ -135,7 +138,7 @@ public:
     auto y = y_.get(output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]}));
     out_ = {x.extent(0), OutC, pq[0], pq[1]};
     if constexpr (!detail::reduces<R>) {
-      conv2d_forward(exec, x_.conv_input(), w_.conv_input(), bias_.value, y, params, ws_);
+      conv2d_forward(exec, x_.conv_input(), w_.conv_input(), bias_.value, y, params, ws_, epi);
     } else {
       // The sums without the bias (in y itself when y is fp32), reduced, then the bias and one
       // rounding.
@@ -157,7 +160,7 @@ public:
           KOKKOS_LAMBDA(const index_t r) {
             const float bias = b[r % OutC];
             for (index_t i = 0; i < PQ; ++i)
-              o[r * PQ + i] = from_float<activation_precision>(a[r * PQ + i] + bias);
+              o[r * PQ + i] = from_float<activation_precision>(epi(a[r * PQ + i] + bias));
           });
       exec.fence();
     }

@@ -22,6 +22,7 @@
 /// masks, pooling positions) and nothing else; backward skips the input gradient of the first
 /// layer with parameters (nothing before it needs it).
 
+#include <tessera/nn/activation.hpp>
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
 
@@ -315,8 +316,35 @@ private:
                   "the layer before it returns (nn::LayerForward, nn/layer.hpp).");
     if constexpr (I + 1 == N) {
       return boost::hana::at_c<I>(layers_).forward(exec, x);
+    } else if constexpr (fuses_relu<I, Exec, X>()) {
+      // Layer I stores max(v, 0) (ReLU's function) in its output's store; ReLU adopts it.
+      auto y = boost::hana::at_c<I>(layers_).forward(exec, x, detail::no_reduction{},
+                                                     detail::relu_store{});
+      boost::hana::at_c<I + 1>(layers_).adopt_output(y);
+      if constexpr (I + 2 == N) {
+        return y;
+      } else {
+        return forward_from<I + 2>(exec, y);
+      }
     } else {
       return forward_from<I + 1>(exec, boost::hana::at_c<I>(layers_).forward(exec, x));
+    }
+  }
+
+  /// True when layer I + 1 is an nn::ReLU and layer I takes a store epilogue in its forward
+  /// (nn::Conv2d): the pair then runs as one pass, the ReLU applied before the output's
+  /// rounding (the same values: detail::relu_store), and no separate read and write of the
+  /// activations.
+  template <std::size_t I, class Exec, class X>
+  static constexpr bool fuses_relu() {
+    if constexpr (I + 1 >= N) {
+      return false;
+    } else {
+      using L = std::tuple_element_t<I, std::tuple<Layers...>>;
+      using Next = std::tuple_element_t<I + 1, std::tuple<Layers...>>;
+      return std::is_same_v<Next, ReLU> && requires(L & l, const Exec& e, const X& x) {
+        l.forward(e, x, detail::no_reduction{}, detail::relu_store{});
+      };
     }
   }
 

@@ -156,6 +156,13 @@ private:
 /// reduce(exec, sums, count) on host-accessible fp32 memory that kernels may still be writing
 /// (the reduction fences first).
 struct no_reduction {};
+
+/// nn::ReLU's function on an fp32 value, max(v, 0) with NaN -> 0, as a store epilogue of the
+/// layer before it (Sequential fuses Conv2d + ReLU): rounding relu(v) gives what ReLU gives on
+/// the rounded v (rounding is monotonic and keeps signs, a positive v rounding to +0 included).
+struct relu_store {
+  TESSERA_INLINE float operator()(float v) const noexcept { return v > 0.f ? v : 0.f; }
+};
 template <class R>
 inline constexpr bool reduces = !std::is_same_v<R, no_reduction>;
 
