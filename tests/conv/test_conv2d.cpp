@@ -15,6 +15,7 @@
 #include <limits>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 using namespace tessera;          // NOLINT: test file, not a header
 using namespace tessera::testing; // NOLINT
@@ -74,6 +75,49 @@ TEST_CASE("conv2d fp32 direct implicit paths: padded bands, per-row and linear s
     if (i % 3 == 0) // a bf16 output: the store's rounding on contiguous rows
       check_all_passes<fp32, fp32, bf16>(Kokkos::DefaultExecutionSpace{}, l.s, 9600 + i,
                                          budgets[0]);
+    ++i;
+  }
+}
+
+TEST_CASE("conv2d fp32 narrow forward (reduction under 64, stride 1): vectors along output rows",
+          "[conv][fp32][implicit]") {
+  // First layers (1-3 input channels per group): rows longer and shorter than a column block
+  // (2 vectors), several channel blocks and a partial one, groups, dilation, padding up to 2,
+  // 1 x 1 with padding, and a tall wide image split into bands.
+  namespace nc = detail::narrow_conv;
+  std::mt19937_64 rng(31);
+  const auto in = [&](index_t lo, index_t hi) {
+    return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+  };
+  std::vector<conv_shape> shapes;
+  for (int i = 0; i < 24; ++i) {
+    conv_shape s;
+    s.N = in(1, 4);
+    s.prm.groups = in(1, 2);
+    s.C = s.prm.groups * in(1, 3);
+    s.K = s.prm.groups * in(8, 40);
+    s.R = in(1, 3), s.S = in(1, 3);
+    s.prm.dilation_h = s.prm.dilation_w = in(1, 2);
+    s.prm.pad_top = s.prm.pad_bottom = in(0, 2);
+    s.prm.pad_left = s.prm.pad_right = in(0, 2);
+    if (s.R == 1 && s.S == 1) s.prm.pad_left = s.prm.pad_right = 1; // not pointwise
+    s.H = in((s.R - 1) * s.prm.dilation_h + 1, 20);
+    s.W = in((s.S - 1) * s.prm.dilation_w + 1, 70);
+    shapes.push_back(s);
+  }
+  conv_shape tall;
+  tall.N = 1, tall.C = 3, tall.K = 16, tall.H = 64, tall.W = 130, tall.R = tall.S = 3;
+  tall.prm = {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  shapes.push_back(tall);
+  int i = 0;
+  for (const conv_shape& s : shapes) {
+    INFO(describe(s));
+    const auto d = nc::layout_for(detail::forward_geometry(problem_of(s), 1.f));
+    CHECK(d.ok == (detail::hostgemm::have_simd && s.Kg() >= 8));
+    if (&s == &shapes.back()) CHECK(d.bands > 1);
+    check_all_passes<fp32, fp32, fp32>(Kokkos::DefaultExecutionSpace{}, s, 9800 + i, budgets[0]);
+    if (i % 4 == 0) // a bf16 output
+      check_all_passes<fp32, fp32, bf16>(Kokkos::DefaultExecutionSpace{}, s, 9900 + i, budgets[0]);
     ++i;
   }
 }

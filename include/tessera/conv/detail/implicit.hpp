@@ -1195,7 +1195,8 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
 
 /// True when conv2d can take the implicit-GEMM path for operands of precisions PA (the gathered
 /// input) and PB (the weights) on Exec: a host space with the SIMD FMA kernel, fp32 operands.
-/// Other precisions go through im2col + tessera::gemm, which has kernels for them.
+/// Operands exact in bf16 may take the pairs form (implicit_pairs_capable_v); the others, and
+/// those where it does not apply, go through im2col + tessera::gemm, which has kernels for them.
 template <class Exec, class PA, class PB>
 inline constexpr bool implicit_capable_v =
 #if TESSERA_DEVICE_PASS
@@ -1203,6 +1204,16 @@ inline constexpr bool implicit_capable_v =
 #else
     is_host_exec_v<Exec>&& hostgemm::have_simd&& std::is_same_v<PA, fp32>&&
         std::is_same_v<PB, fp32>;
+#endif
+
+/// True when conv2d can take the narrow path (conv/detail/narrow.hpp) on Exec: a host space with
+/// the SIMD FMA kernel; any operand precision (widened to fp32).
+template <class Exec>
+inline constexpr bool implicit_narrow_capable_v =
+#if TESSERA_DEVICE_PASS
+    false;
+#else
+    is_host_exec_v<Exec>&& hostgemm::have_simd;
 #endif
 
 /// True when conv2d can take the bf16 pairs form of the direct path (implicit_conv::run_direct

@@ -223,24 +223,34 @@ struct forward_pass {
 
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
+    // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
+    const index_t Kg = pb.Kg, ws0 = w.stride(0);
+    const auto wval = [=](const auto* wd, index_t gi, index_t kk, index_t j) {
+      return to_float(wd[(gi * Kg + j) * ws0 + kk]);
+    };
+    const auto store_value = [&](index_t k) {
+      float b = 0.f;
+      if constexpr (has_bias) b = to_float(bias(k));
+      return [b, e = epi](float v) { return from_float<py>(e(v + b)); };
+    };
+    // A short reduction (a first layer), stride 1, any precision: vectors along output rows.
+    if constexpr (implicit_narrow_capable_v<Exec>) {
+      if (!pb.pointwise() && pb.crs() < narrow_conv::max_reduction) {
+        const auto g = forward_geometry(pb, alpha);
+        const auto d = narrow_conv::layout_for(g);
+        if (d.ok) {
+          run_narrow(exec, g, d, x, w, y, ws, wval, store_value);
+          return true;
+        }
+      }
+    }
     // fp32 operands: the fp32 implicit paths; operands exact in bf16: the bf16 pairs form of
     // the direct path where the CPU and the layout allow, else im2col and the GEMM.
     constexpr bool pairs = implicit_pairs_capable_v<Exec, px, pw>;
     if constexpr (implicit_capable_v<Exec, px, pw> || pairs) {
       const auto g = forward_geometry(pb, alpha);
       if (use_implicit(pb, pb.Kg, pb.crs()) && (!pairs || implicit_conv::pairs_direct_for(g))) {
-        // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
-        const index_t Kg = pb.Kg, ws0 = w.stride(0);
-        run_implicit<pairs>(
-            exec, g, x, w, y, ws,
-            [=](const auto* wd, index_t gi, index_t kk, index_t j) {
-              return to_float(wd[(gi * Kg + j) * ws0 + kk]);
-            },
-            [&](index_t k) {
-              float b = 0.f;
-              if constexpr (has_bias) b = to_float(bias(k));
-              return [b, e = epi](float v) { return from_float<py>(e(v + b)); };
-            });
+        run_implicit<pairs>(exec, g, x, w, y, ws, wval, store_value);
         return true;
       }
     }

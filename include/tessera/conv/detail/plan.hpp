@@ -7,6 +7,7 @@
 
 #include <tessera/conv/detail/checks.hpp>
 #include <tessera/conv/detail/implicit.hpp>
+#include <tessera/conv/detail/narrow.hpp>
 
 #include <array>
 #include <cstddef>
@@ -176,6 +177,31 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
               for (index_t i = 0; i < count; ++i) dst[i] = f(g.alpha * sums[i * np]);
             });
   }
+  exec.fence();
+}
+
+/// Runs a narrow convolution (conv/detail/narrow.hpp; d = narrow_conv::layout_for(g), d.ok) of
+/// `in` into `out` with the weights w; wval and store_value as for run_implicit.
+template <class Exec, class IV, class WV, class OV, class M, class WVal, class StoreValue>
+void run_narrow(const Exec& exec, const implicit_conv::geometry& g, const narrow_conv::layout& d,
+                const IV& in, const WV& w, const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
+                const StoreValue& store_value) {
+  namespace nc = narrow_conv;
+  const auto parts = static_cast<std::size_t>(nc::parts_for(exec, g, d));
+  const std::size_t scratch = round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
+                              parts * d.part_floats(g) * 4;
+  const auto [w_mem, s_mem] = carve<2>(ws, {d.weight_floats(g) * 4, scratch});
+  auto* pw = reinterpret_cast<float*>(w_mem);
+  const auto* wd = w.data();
+  nc::pack(exec, g, d, pw, [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
+  exec.fence();
+  const float alpha = g.alpha;
+  nc::run(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), pw, out.data(),
+          out.stride(0), out.stride(1), s_mem,
+          [&](const float* sums, index_t k, auto* dst, index_t count) {
+            const auto f = store_value(k);
+            for (index_t i = 0; i < count; ++i) dst[i] = f(alpha * sums[i]);
+          });
   exec.fence();
 }
 #endif
