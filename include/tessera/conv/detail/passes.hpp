@@ -435,6 +435,7 @@ struct backward_weight_pass {
       const auto g = forward_geometry(pb, alpha);
       // x and dy exact in bf16 (bf16, fp8) with stride 1 run the dot products in bf16 pairs
       // where the CPU has AVX512_BF16 and no usable AMX, as the forward pass does.
+#if TESSERA_GEMM_AVX512BF16
       if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
         if (pb.N > 0 && pb.Kg >= implicit_min_channels && ic::pairs_cpu()) {
           const auto dl = ic::weight_direct_layout_for(g, exec.concurrency(), true);
@@ -447,6 +448,7 @@ struct backward_weight_pass {
           }
         }
       }
+#endif
       // fp32 x and dy run the implicit path as they are. Low-precision ones only with a
       // reduction C/groups*R*S under 16 (a first layer: 1 x 3 x 3), where the GEMM dW = dy col^T
       // is too thin for the low-precision kernels and decodes every element in the direct loop
