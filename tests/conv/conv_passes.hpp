@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -50,6 +51,27 @@ void check_all_passes(const Exec& exec, const conv_shape& s, std::uint64_t seed,
   require_within_bound("backward_weight", dw, reference_conv2d_backward_weight(s, xd, dyd),
                        L_weight);
   require_within_bound("backward_bias", db, reference_conv2d_backward_bias(s, dyd), L_weight);
+}
+
+/// dW against the reference when x holds Inf or NaN: entries finite in the reference within the
+/// fp32 bound (L terms), the others of the same kind (NaN where NaN, Inf of the same sign); both
+/// kinds must occur.
+inline void require_dw_with_nonfinite(const reference_result& ref, const std::vector<double>& got,
+                                      index_t L) {
+  int finite = 0, nonfinite = 0;
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    const double r = ref.value[e], v = got[e];
+    if (std::isfinite(r)) {
+      ++finite;
+      REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
+    } else {
+      ++nonfinite;
+      REQUIRE(std::isnan(v) == std::isnan(r));
+      if (!std::isnan(r)) REQUIRE(v == r);
+    }
+  }
+  CHECK(finite > 0);
+  CHECK(nonfinite > 0);
 }
 
 inline const std::size_t budgets[] = {conv2d_workspace<>::default_column_budget, 4096, 1};
