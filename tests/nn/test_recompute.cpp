@@ -225,12 +225,12 @@ void cnn_case() {
   const std::size_t a = S::a, o = S::o, sc = S::scratch;
   const std::size_t x = B * 1 * 12 * 12, c1 = B * 4 * 12 * 12, p1 = B * 4 * 6 * 6,
                     c2 = B * 8 * 6 * 6, p2 = B * 8 * 3 * 3, out = B * 10;
-  // Conv2d: output + input operand (the input itself when referenced); ReLU: output;
+  // Conv2d: output + input operand (the input itself when referenced); ReLU after a Conv2d:
+  // nothing (Sequential fuses it into the convolution's store; ReLU reads that output);
   // MaxPool2d: output + one byte per output (the maximum's position); Flatten: nothing;
   // Linear: output, scratch, input operand.
-  const std::size_t want_u = x * (S::ref ? a : o) + c1 * a + c1 * a + p1 * a + p1 +
-                             (S::ref ? 0 : p1 * o) + c2 * a + c2 * a + p2 * a + p2 +
-                             (S::ref ? 0 : p2 * o) + out * (a + sc);
+  const std::size_t want_u = x * (S::ref ? a : o) + c1 * a + p1 * a + p1 + (S::ref ? 0 : p1 * o) +
+                             c2 * a + p2 * a + p2 + (S::ref ? 0 : p2 * o) + out * (a + sc);
   // Wrapped: kept x and first segment output, the second segment's output (referenced by the
   // Linear through Flatten) or the Linear's copy of it, the Linear's output and scratch.
   const std::size_t want_w = x * a + p1 * a + p2 * (S::ref ? a : o) + out * (a + sc);
