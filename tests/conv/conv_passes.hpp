@@ -5,11 +5,14 @@
 
 #include "conv_testing.hpp"
 
+#include <tessera/tensor/host_mirror.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -53,25 +56,42 @@ void check_all_passes(const Exec& exec, const conv_shape& s, std::uint64_t seed,
   require_within_bound("backward_bias", db, reference_conv2d_backward_bias(s, dyd), L_weight);
 }
 
-/// dW against the reference when x holds Inf or NaN: entries finite in the reference within the
-/// fp32 bound (L terms), the others of the same kind (NaN where NaN, Inf of the same sign); both
-/// kinds must occur.
-inline void require_dw_with_nonfinite(const reference_result& ref, const std::vector<double>& got,
-                                      index_t L) {
-  int finite = 0, nonfinite = 0;
-  for (std::size_t e = 0; e < got.size(); ++e) {
-    const double r = ref.value[e], v = got[e];
-    if (std::isfinite(r)) {
-      ++finite;
-      REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
-    } else {
-      ++nonfinite;
-      REQUIRE(std::isnan(v) == std::isnan(r));
-      if (!std::isnan(r)) REQUIRE(v == r);
+/// conv2d_backward_weight (fp32 dW) of x in precision PX with Inf, -Inf or NaN placed at image 2,
+/// channel 5, row 7, last column (where dot products over padded rows reach a zero of dy) and at
+/// image `second`, channel 9, (0, 0): entries finite in the reference within the fp32 bound,
+/// the others of the same kind (NaN where NaN, Inf of the same sign); both kinds must occur.
+template <class PX>
+void check_dw_with_nonfinite_x(const conv_shape& s, index_t second) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {inf, -inf, std::numeric_limits<float>::quiet_NaN()}) {
+    INFO("x holds " << bad);
+    auto x = random_tensor<PX>(77, s.N, s.C, s.H, s.W);
+    auto dy = random_tensor<PX>(78, s.N, s.K, s.P(), s.Q());
+    auto xh = host_mirror_copy(x);
+    xh(2, 5, 7, s.W - 1) = from_float<PX>(bad);
+    xh(second, 9, 0, 0) = from_float<PX>(bad);
+    copy_from_host(x, xh);
+    tensor4<fp32> dw("dw", s.K, s.C, s.R, s.S);
+    conv2d_workspace<> ws;
+    conv2d_backward_weight(Kokkos::DefaultExecutionSpace{}, x, dy, dw, s.prm, ws);
+    const auto ref = reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy));
+    const auto got = to_doubles(dw);
+    const index_t L = s.N * s.P() * s.Q() + 2;
+    int finite = 0, nonfinite = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      const double r = ref.value[e], v = got[e];
+      if (std::isfinite(r)) {
+        ++finite;
+        REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
+      } else {
+        ++nonfinite;
+        REQUIRE(std::isnan(v) == std::isnan(r));
+        if (!std::isnan(r)) REQUIRE(v == r);
+      }
     }
+    CHECK(finite > 0);
+    CHECK(nonfinite > 0);
   }
-  CHECK(finite > 0);
-  CHECK(nonfinite > 0);
 }
 
 inline const std::size_t budgets[] = {conv2d_workspace<>::default_column_budget, 4096, 1};

@@ -347,6 +347,20 @@ inline direct_layout direct_layout_for(const geometry& g, bool pairs = false) {
   return d;
 }
 
+/// The band offsets of the taps of a band of BH rows of Wp elements per plane, at the start of
+/// scratch: off[q] = (c*BH + r*dh)*Wp + s*dw for q = (c*R + r)*S + s < planes*R*S. Returns the
+/// 64-byte aligned memory after them.
+inline unsigned char* tap_offsets(const geometry& g, index_t planes, index_t BH, index_t Wp,
+                                  void* scratch) {
+  const index_t RS = g.R * g.S, n = planes * RS;
+  auto* off = static_cast<index_t*>(scratch);
+  for (index_t q = 0; q < n; ++q) {
+    const index_t c = q / RS, r = q / g.S % g.R, s = q % g.S;
+    off[q] = (c * BH + r * g.dh) * Wp + s * g.dw;
+  }
+  return static_cast<unsigned char*>(scratch) + round_up_64(sizeof(index_t) * n);
+}
+
 /// Threads of the direct path: one per unit at most.
 template <class Exec>
 int direct_parts(const Exec& exec, const geometry& g, const direct_layout& d) {
@@ -556,15 +570,10 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
   using word = std::conditional_t<Pairs, std::uint32_t, float>;
   static_assert(sizeof(word) == sizeof(float), "a band word is 4 bytes");
   const int parts = direct_parts(exec, g, d);
-  const index_t units = d.units(g), steps = d.steps(g), np = g.npad(), RS = g.R * g.S;
+  const index_t units = d.units(g), steps = d.steps(g), np = g.npad();
   const auto* pb = static_cast<const word*>(pbv);
-  auto* off = static_cast<index_t*>(scratch);
-  for (index_t kk = 0; kk < steps; ++kk) {
-    const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
-    off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
-  }
-  word* base = reinterpret_cast<word*>(static_cast<unsigned char*>(scratch) +
-                                       round_up_64(sizeof(index_t) * steps));
+  const auto* off = static_cast<const index_t*>(scratch);
+  word* base = reinterpret_cast<word*>(tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
   const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g),
                     band_used = static_cast<std::size_t>(d.planes * d.BH * d.Wp);
   const auto body = [&](const int part) {
@@ -1075,13 +1084,9 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
   using E = std::conditional_t<pairs, std::uint16_t, float>; // element of bands and dy grid
   static_assert(pairs || std::is_same_v<TD, float>, "fp32 dot products take fp32 x and dy");
   const int parts = weight_direct_parts(exec, g, d);
-  const index_t units = d.units(g), kred = g.kred(), RS = g.R * g.S, cout = g.cout;
-  auto* off = static_cast<index_t*>(scratch);
-  for (index_t kk = 0; kk < kred; ++kk) {
-    const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
-    off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
-  }
-  auto* base = static_cast<unsigned char*>(scratch) + round_up_64(sizeof(index_t) * kred);
+  const index_t units = d.units(g), kred = g.kred(), cout = g.cout;
+  const auto* off = static_cast<const index_t*>(scratch);
+  unsigned char* base = tap_offsets(g, g.cin, d.BH, d.Wp, scratch);
   const std::size_t per_part = d.part_bytes(g), elems = d.element_bytes(g);
   const std::size_t band_stride = d.band_stride(g), dyp_stride = d.dyp_stride(g);
   const std::size_t band_n = static_cast<std::size_t>(g.cin * d.BH * d.Wp);

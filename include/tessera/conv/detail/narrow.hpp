@@ -133,14 +133,9 @@ void run(const Exec& exec, const geometry& g, const layout& d, const T* in, inde
          index_t in_cs, index_t in_hs, const float* pw, O* out, index_t out_ns, index_t out_cs,
          void* scratch, const Store& store) {
   const int parts = parts_for(exec, g, d);
-  const index_t units = d.units(g), kred = g.kred(), RS = g.R * g.S, nb = d.blocks(g);
-  auto* off = static_cast<index_t*>(scratch);
-  for (index_t kk = 0; kk < kred; ++kk) {
-    const index_t c = kk / RS, r = kk / g.S % g.R, s = kk % g.S;
-    off[kk] = (c * d.BH + r * g.dh) * d.Wp + s * g.dw;
-  }
-  float* base = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch) +
-                                         round_up_64(sizeof(index_t) * kred));
+  const index_t units = d.units(g), kred = g.kred(), nb = d.blocks(g);
+  const auto* off = static_cast<const index_t*>(scratch);
+  float* base = reinterpret_cast<float*>(implicit_conv::tap_offsets(g, g.cin, d.BH, d.Wp, scratch));
   const std::size_t band_n = d.band_floats(g), used = static_cast<std::size_t>(g.cin * d.BH * d.Wp),
                     per_part = d.part_floats(g);
   const index_t ld = d.sums_ld(g);
