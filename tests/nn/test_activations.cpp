@@ -243,6 +243,90 @@ TEST_CASE("nn::MaxPool2d<2>: exact on ties, NaN and wide rows, fp32 and bf16", "
   maxpool2_exact_case<bf16>(3, 5, 14, 14, g2);
 }
 
+namespace {
+
+/// nn::Sequential<ReLU, MaxPool2d<2>> runs both backwards as one pass (backward_after_relu):
+/// its dx must equal, bit for bit, the ReLU's backward applied to the pooling's backward (the
+/// layers run one by one), and the definition: dy at each window's first maximum of relu(x)
+/// where that maximum is > 0, +0 elsewhere. Inputs full of ties at 0 (windows all 0 after the
+/// ReLU), negatives, NaN (the ReLU makes them 0), dy with NaN and -0.
+template <class P>
+void relu_pool_case(index_t B, index_t C, index_t H, index_t W, std::mt19937_64& g) {
+  INFO("ReLU + MaxPool2d<2>, " << precision_traits<P>::name << ", (" << B << ", " << C << ", " << H
+                               << ", " << W << ")");
+  const index_t n = B * C * H * W, P2 = H / 2, Q = W / 2;
+  std::vector<double> v(static_cast<std::size_t>(n));
+  const double values[] = {-1.0, -0.0, 0.0, 1.0, 0.5, -2.0};
+  for (auto& e : v) e = g() % 29 == 0 ? std::nan("") : values[g() % 6];
+  auto dyv = uniform_values(static_cast<std::size_t>(B * C * P2 * Q), g() % 1000);
+  for (auto& e : dyv) e = g() % 31 == 0 ? std::nan("") : g() % 17 == 0 ? -0.0 : e;
+  const auto x = tensor_from<P>(v, dextents<4>(B, C, H, W));
+  const auto dy = tensor_from<P>(dyv, dextents<4>(B, C, P2, Q));
+  const auto dyr = to_doubles(dy);
+
+  nn::Sequential<nn::ReLU, nn::MaxPool2d<2>> fused;
+  const auto yf = to_doubles(fused.forward(exec_space(), x));
+  const auto dxf = to_doubles(fused.backward(exec_space(), dy, /*need_input_grad=*/true));
+
+  nn::ReLU relu;
+  nn::MaxPool2d<2> pool;
+  const auto y = to_doubles(pool.forward(exec_space(), relu.forward(exec_space(), x)));
+  const auto dx = to_doubles(relu.backward(exec_space(), pool.backward(exec_space(), dy)));
+
+  std::vector<double> want(static_cast<std::size_t>(n), 0.0);
+  for (index_t bc = 0; bc < B * C; ++bc)
+    for (index_t p = 0; p < P2; ++p)
+      for (index_t q = 0; q < Q; ++q) {
+        std::size_t at = 0;
+        double best = -1;
+        for (index_t i = 0; i < 2; ++i)
+          for (index_t j = 0; j < 2; ++j) {
+            const auto k = static_cast<std::size_t>((bc * H + 2 * p + i) * W + 2 * q + j);
+            const double r = v[k] > 0 ? v[k] : 0.0; // relu; NaN -> 0
+            if (r > best) {
+              best = r;
+              at = k;
+            }
+          }
+        if (best > 0) want[at] = dyr[static_cast<std::size_t>((bc * P2 + p) * Q + q)];
+      }
+  const auto same = [](double a, double b) {
+    return std::isnan(a) ? std::isnan(b) : (a == b && std::signbit(a) == std::signbit(b));
+  };
+  int bad = 0;
+  for (std::size_t k = 0; k < yf.size(); ++k)
+    if (!same(yf[k], y[k]) && bad++ < 5) FAIL_CHECK("y[" << k << "] = " << yf[k] << " vs " << y[k]);
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    if (!same(dxf[k], dx[k]) && bad++ < 5)
+      FAIL_CHECK("fused dx[" << k << "] = " << dxf[k] << ", layer by layer " << dx[k]);
+    if (!same(dxf[k], want[k]) && bad++ < 5)
+      FAIL_CHECK("fused dx[" << k << "] = " << dxf[k] << ", want " << want[k]);
+  }
+  CHECK(bad == 0);
+}
+
+} // namespace
+
+TEST_CASE("nn::Sequential<ReLU, MaxPool2d<2>>: one backward pass, the layers' dx bit for bit",
+          "[nn][pool]") {
+  std::mt19937_64 g(26);
+  for (int rep = 0; rep < 10; ++rep) {
+    const index_t B = 1 + index_t(g() % 3), C = 1 + index_t(g() % 4), H = 2 + index_t(g() % 9),
+                  W = 2 + index_t(g() % 70);
+    relu_pool_case<fp32>(B, C, H, W, g);
+    relu_pool_case<bf16>(B, C, H, W, g);
+    relu_pool_case<fp8_e4m3>(B, C, H, W, g); // the portable loops
+  }
+  std::mt19937_64 g2(27); // more rows than one work item of 64, odd H
+  relu_pool_case<fp32>(2, 9, 29, 28, g2);
+  relu_pool_case<bf16>(3, 5, 15, 14, g2);
+  // A backward before any forward names the operation.
+  nn::MaxPool2d<2> pool;
+  CHECK_THROWS_AS(
+      pool.backward_after_relu(exec_space(), Tensor<fp32, dextents<4>>("dy", 1, 1, 1, 1)),
+      value_error);
+}
+
 TEST_CASE("nn::Flatten: shares memory, backward restores the shape", "[nn][flatten]") {
   nn::Flatten flat;
   auto x = tensor_from<fp32>(uniform_values(2 * 3 * 4 * 5, 3), extents<dyn, 3, 4, 5>(2));

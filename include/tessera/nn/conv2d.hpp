@@ -182,22 +182,30 @@ public:
         Tensor<DP, dextents<4>, layout_right, M>(dy_in.kokkos_view(), dextents<4>::from_all(out_));
     const auto dq = dy_cast_(exec, dy);
     conv2d_backward_weight(exec, x_.conv_input(), dq.conv_input(), weight_.grad, params, ws_);
-    // The bias gradient from dy itself (not its fp8 copy): sum over b, p, q per channel, each
-    // row of Q summed first (the fp32 error then grows with Q + B*P, not B*P*Q).
+    // The bias gradient from dy itself (not its fp8 copy): sum over b, p, q per channel. Each
+    // (b, channel) plane of P*Q is summed in 16 interleaved partial sums (independent chains:
+    // the loop vectorises without reassociating anything), then those and the planes are
+    // added: the fp32 error grows with P*Q/16 + 16 + B terms, not B*P*Q.
     const auto* d = dy.data();
     float* db = bias_.grad.data();
-    const index_t B = out_[0], PQ = out_[2] * out_[3], Q = out_[3], P = out_[2];
+    const index_t B = out_[0], PQ = out_[2] * out_[3];
     Kokkos::parallel_for(
         "tessera::nn::Conv2d::backward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, OutC),
         KOKKOS_LAMBDA(const index_t k) {
+          const auto* src = d;
+          const index_t planes = B, n = PQ;
           float acc = 0.f;
-          for (index_t b = 0; b < B; ++b)
-            for (index_t p = 0; p < P; ++p) {
-              float row = 0.f;
-              const auto* r = d + (b * OutC + k) * PQ + p * Q;
-              for (index_t q = 0; q < Q; ++q) row += to_float(r[q]);
-              acc += row;
-            }
+          for (index_t b = 0; b < planes; ++b) {
+            const auto* r = src + (b * OutC + k) * n;
+            float part[16] = {};
+            index_t i = 0;
+            for (; i + 16 <= n; i += 16)
+              for (int j = 0; j < 16; ++j) part[j] += to_float(r[i + j]);
+            for (int j = 0; i + j < n; ++j) part[j] += to_float(r[i + j]);
+            for (int w = 8; w >= 1; w /= 2)
+              for (int j = 0; j < w; ++j) part[j] += part[j + w];
+            acc += part[0];
+          }
           db[k] = acc;
         });
     exec.fence();

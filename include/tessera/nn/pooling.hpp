@@ -58,15 +58,21 @@ public:
     auto* arg = arg_.get(B * C * P * Q);
 #if TESSERA_MAXPOOL2_SIMD
     if constexpr (K == 2 && detail::maxpool2::simd_v<XP> && tessera::detail::is_host_exec_v<Exec>) {
-      Kokkos::parallel_for("tessera::nn::MaxPool2d::forward[simd]",
-                           Kokkos::RangePolicy<Exec>(exec, 0, B * C * P), [=](const index_t r) {
-                             const auto* r0 = in + (r / P * H + r % P * 2) * W;
-                             detail::maxpool2::forward_row<XP>(r0, r0 + W, Q, out + r * Q,
-                                                               arg + r * Q);
-                           });
+      // Work items of 64 output rows (the sizes copied into locals: the byte stores of the
+      // positions may alias anything a functor keeps).
+      const index_t rows = B * C * P;
+      Kokkos::parallel_for(
+          "tessera::nn::MaxPool2d::forward[simd]",
+          Kokkos::RangePolicy<Exec>(exec, 0, (rows + 63) / 64), [=](const index_t c) {
+            const index_t h = H, w = W, p2 = P, q2 = Q, end = rows;
+            detail::maxpool2::forward_range<XP>(in, h, w, p2, q2, c * 64,
+                                                end < c * 64 + 64 ? end : c * 64 + 64, out, arg);
+          });
       exec.fence();
       in_ = {B, C, H, W};
       out_shape_.save(y.extents());
+      last_y_ = y.data();
+      last_kind_ = precision_index<XP>();
       return y;
     }
 #endif
@@ -98,6 +104,8 @@ public:
     exec.fence();
     in_ = {B, C, H, W};
     out_shape_.save(y.extents());
+    last_y_ = y.data();
+    last_kind_ = precision_index<XP>();
     return y;
   }
 
@@ -107,26 +115,71 @@ public:
   backward(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, bool need_dx = true) {
     detail::require_saved_like("tessera::nn::MaxPool2d::backward", dy, out_shape_);
     if (!need_dx) return {};
+    return scatter(exec, dy, static_cast<const storage_t<DP>*>(nullptr));
+  }
+
+  /// The backward of an nn::ReLU and this pooling after it, in one pass (nn::Sequential runs a
+  /// ReLU followed by MaxPool2d so): dx of the ReLU's input, dy at each window's maximum where
+  /// that maximum is > 0, 0 elsewhere. The same values as the ReLU's backward applied to
+  /// backward's dx: at a window's maximum the ReLU's output is the pooled value (so its mask
+  /// is pooled > 0), and elsewhere dx is 0 either way. The last forward's input must be the
+  /// ReLU's output, and the forward's output unmodified since (the layer after reads it only).
+  template <class Exec, class DP, class DE>
+  Tensor<DP, dextents<4>, layout_right, M>
+  backward_after_relu(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy,
+                      bool need_dx = true) {
+    detail::require_saved_like("tessera::nn::MaxPool2d::backward_after_relu", dy, out_shape_);
+    if (!need_dx) return {};
+    Tensor<DP, dextents<4>, layout_right, M> dx;
+    bool done = false;
+    for_each_precision([&](auto prec) {
+      using Y = decltype(prec);
+      if (done || last_kind_ != precision_index<Y>()) return;
+      dx = scatter(exec, dy, static_cast<const storage_t<Y>*>(last_y_));
+      done = true;
+    });
+    if (!done)
+      throw value_error("tessera::nn::MaxPool2d::backward_after_relu: called before forward");
+    return dx;
+  }
+
+private:
+  /// dx from dy and the positions; with `pooled` (the forward's output, precision Y), only
+  /// where the pooled value is > 0.
+  template <class Exec, class DP, class DE, class SY>
+  Tensor<DP, dextents<4>, layout_right, M>
+  scatter(const Exec& exec, const Tensor<DP, DE, layout_right, M>& dy, const SY* pooled) {
     const index_t H = in_[2], W = in_[3], P = out_shape_.dims[2], Q = out_shape_.dims[3];
     auto dx = dx_.template get<DP>(dextents<4>(in_[0], in_[1], H, W));
     const auto* d = dy.data();
     auto* out = dx.data();
     const auto* arg = arg_.data();
 #if TESSERA_MAXPOOL2_SIMD
-    if constexpr (K == 2 && detail::maxpool2::simd_v<DP> && tessera::detail::is_host_exec_v<Exec>) {
-      // One work item per output row (b, c, p): the two input rows under it, and the input rows
-      // below the last window (odd H) with the last p.
-      const index_t B = in_[0], C = in_[1];
+    if constexpr (K == 2 && detail::maxpool2::simd_v<DP> && tessera::detail::is_host_exec_v<Exec> &&
+                  std::is_same_v<SY, storage_t<DP>>) {
+      // Work items of 64 output rows (b, c, p), the sizes in locals: for each, the two input
+      // rows under it, and the input rows below the last window (odd H) with the last p.
+      const index_t rows = in_[0] * in_[1] * P;
       Kokkos::parallel_for("tessera::nn::MaxPool2d::backward[simd]",
-                           Kokkos::RangePolicy<Exec>(exec, 0, B * C * P), [=](const index_t r) {
-                             const index_t bc = r / P, p = r % P;
-                             auto* plane = out + bc * H * W;
-                             detail::maxpool2::backward_rows<DP>(d + r * Q, arg + r * Q, Q, W,
-                                                                 plane + 2 * p * W,
-                                                                 plane + (2 * p + 1) * W);
-                             if (p == P - 1)
-                               for (index_t e = 2 * P * W; e < H * W; ++e)
-                                 plane[e] = from_float<DP>(0.f);
+                           Kokkos::RangePolicy<Exec>(exec, 0, (rows + 63) / 64),
+                           [=](const index_t c) {
+                             const index_t h = H, w = W, p2 = P, q2 = Q,
+                                           end = rows < c * 64 + 64 ? rows : c * 64 + 64;
+                             const SY* ys = pooled;
+                             index_t bc = c * 64 / p2, p = c * 64 % p2;
+                             for (index_t r = c * 64; r < end; ++r) {
+                               auto* plane = out + bc * h * w;
+                               detail::maxpool2::backward_rows<DP>(
+                                   d + r * q2, arg + r * q2, q2, w, plane + 2 * p * w,
+                                   plane + (2 * p + 1) * w, ys ? ys + r * q2 : nullptr);
+                               if (p == p2 - 1)
+                                 for (index_t e = 2 * p2 * w; e < h * w; ++e)
+                                   plane[e] = from_float<DP>(0.f);
+                               if (++p == p2) {
+                                 p = 0;
+                                 ++bc;
+                               }
+                             }
                            });
       exec.fence();
       return dx;
@@ -144,11 +197,14 @@ public:
           }
           const auto* drow = d + (bc * P + p) * Q;
           const auto* arow = arg + (bc * P + p) * Q;
+          const SY* yrow = pooled ? pooled + (bc * P + p) * Q : nullptr;
           for (index_t q = 0; q < Q; ++q) {
             const auto g = drow[q];
             const int at = arow[q];
+            const bool open = !yrow || to_float(yrow[q]) > 0.f;
             for (index_t dw = 0; dw < K; ++dw)
-              row[q * K + dw] = detail::keep_or_zero(at == static_cast<int>(dh * K + dw), g);
+              row[q * K + dw] =
+                  detail::keep_or_zero(open && at == static_cast<int>(dh * K + dw), g);
           }
           for (index_t w = Q * K; w < W; ++w) row[w] = from_float<DP>(0.f);
         });
@@ -156,7 +212,6 @@ public:
     return dx;
   }
 
-private:
   detail::any_buffer y_, dx_;
   detail::raw_buffer<std::uint8_t> arg_;
 
@@ -171,11 +226,16 @@ public:
     y_.release();
     arg_.release();
     out_shape_ = {};
+    last_y_ = nullptr;
+    last_kind_ = -1;
   }
 
 private:
   std::array<index_t, 4> in_{};
   detail::saved_shape out_shape_;
+  // The last forward's output (in y_, read by backward_after_relu) and its precision.
+  const void* last_y_ = nullptr;
+  int last_kind_ = -1;
 };
 
 } // namespace tessera::nn

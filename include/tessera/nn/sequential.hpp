@@ -362,11 +362,39 @@ private:
                   "layer_requirement<index, type, false>) has no backward(exec, dy, need_dx) for "
                   "the gradient the layer after it returns (nn::LayerBackward, nn/layer.hpp).");
     constexpr bool before = params_before<I>(std::make_index_sequence<I>{});
-    auto dx = boost::hana::at_c<I>(layers_).backward(exec, dy, before || need_input_grad);
-    if constexpr (I == 0) {
-      return dx;
+    if constexpr (pools_after_relu<I, Exec, DY>()) {
+      // Layer I - 1 is a ReLU, layer I pools its output: both backwards in one pass.
+      auto dx =
+          boost::hana::at_c<I>(layers_).backward_after_relu(exec, dy, before || need_input_grad);
+      if constexpr (I == 1) {
+        return dx;
+      } else {
+        return backward_from<I - 2>(exec, dx, need_input_grad);
+      }
     } else {
-      return backward_from<I - 1>(exec, dx, need_input_grad);
+      auto dx = boost::hana::at_c<I>(layers_).backward(exec, dy, before || need_input_grad);
+      if constexpr (I == 0) {
+        return dx;
+      } else {
+        return backward_from<I - 1>(exec, dx, need_input_grad);
+      }
+    }
+  }
+
+  /// True when layer I - 1 is an nn::ReLU and layer I (nn::MaxPool2d) has a backward_after_relu:
+  /// the pooling's backward then passes dy on only where the window's maximum, the ReLU's output
+  /// there, is > 0, which is the ReLU's backward (the same values, one pass less over the
+  /// activations).
+  template <std::size_t I, class Exec, class DY>
+  static constexpr bool pools_after_relu() {
+    if constexpr (I == 0) {
+      return false;
+    } else {
+      using L = std::tuple_element_t<I, std::tuple<Layers...>>;
+      using Before = std::tuple_element_t<I - 1, std::tuple<Layers...>>;
+      return std::is_same_v<Before, ReLU> && requires(L & l, const Exec& e, const DY& dy) {
+        l.backward_after_relu(e, dy, true);
+      };
     }
   }
 

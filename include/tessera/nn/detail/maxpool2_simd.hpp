@@ -73,36 +73,74 @@ inline void store_lanes(storage_t<P>* out, index_t n, __m512 v) noexcept {
   }
 }
 
-/// Output row (q in [0, Q)) of the input row pair r0, r1: out[q] = the max of the window, arg[q]
-/// = its position dh * 2 + dw (first maximum wins; a NaN is taken and then kept).
-template <class P>
-inline void forward_row(const storage_t<P>* r0, const storage_t<P>* r1, index_t Q,
-                        storage_t<P>* out, std::uint8_t* arg) noexcept {
+/// R output rows at once (R independent chains for the out-of-order core; out and arg rows
+/// consecutive, Q apart): output row i (q in [0, Q)) of the input row pair r0s[i], r0s[i] + W:
+/// out[q] = the max of the window, arg[q] = its position dh * 2 + dw (first maximum wins; a
+/// NaN is taken and then kept).
+template <class P, int R>
+inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, storage_t<P>* out,
+                         std::uint8_t* arg) noexcept {
   for (index_t q = 0; q < Q; q += 16) {
     const index_t n = Q - q < 16 ? Q - q : 16;
-    __m512 v[4];
-    load_pairs<P>(r0 + 2 * q, n, v[0], v[1]);
-    load_pairs<P>(r1 + 2 * q, n, v[2], v[3]);
-    __m512 best = v[0];
-    __m512i at = _mm512_setzero_si512();
-    for (int k = 1; k < 4; ++k) {
-      const __mmask16 gt = _mm512_cmp_ps_mask(v[k], best, _CMP_GT_OQ);
-      const __mmask16 nan = _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
-      const __mmask16 ord = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
-      const __mmask16 take = gt | (nan & ord);
-      best = _mm512_mask_mov_ps(best, take, v[k]);
-      at = _mm512_mask_mov_epi32(at, take, _mm512_set1_epi32(k));
+    __m512 best[R];
+    __m512i at[R];
+    for (int i = 0; i < R; ++i) {
+      __m512 v[4];
+      load_pairs<P>(r0s[i] + 2 * q, n, v[0], v[1]);
+      load_pairs<P>(r0s[i] + W + 2 * q, n, v[2], v[3]);
+      best[i] = v[0];
+      at[i] = _mm512_setzero_si512();
+      for (int k = 1; k < 4; ++k) {
+        const __mmask16 gt = _mm512_cmp_ps_mask(v[k], best[i], _CMP_GT_OQ);
+        const __mmask16 nan = _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
+        const __mmask16 ord = _mm512_cmp_ps_mask(best[i], best[i], _CMP_ORD_Q);
+        const __mmask16 take = gt | (nan & ord);
+        best[i] = _mm512_mask_mov_ps(best[i], take, v[k]);
+        at[i] = _mm512_mask_mov_epi32(at[i], take, _mm512_set1_epi32(k));
+      }
     }
-    store_lanes<P>(out + q, n, best);
-    _mm_mask_storeu_epi8(arg + q, first(n), _mm512_cvtepi32_epi8(at));
+    for (int i = 0; i < R; ++i) {
+      store_lanes<P>(out + i * Q + q, n, best[i]);
+      _mm_mask_storeu_epi8(arg + i * Q + q, first(n), _mm512_cvtepi32_epi8(at[i]));
+    }
+  }
+}
+
+/// Output rows [r_begin, r_end) of x (B*C planes of H x W, P = H / 2 output rows per plane):
+/// four rows at a time, the plane and row counted on (no division per row).
+template <class P>
+inline void forward_range(const storage_t<P>* x, index_t H, index_t W, index_t P2, index_t Q,
+                          index_t r_begin, index_t r_end, storage_t<P>* out,
+                          std::uint8_t* arg) noexcept {
+  index_t bc = r_begin / P2, p = r_begin % P2;
+  const auto next = [&] {
+    const storage_t<P>* r0 = x + (bc * H + 2 * p) * W;
+    if (++p == P2) {
+      p = 0;
+      ++bc;
+    }
+    return r0;
+  };
+  index_t r = r_begin;
+  for (; r + 4 <= r_end; r += 4) {
+    const storage_t<P>* r0s[4];
+    for (auto& e : r0s) e = next();
+    forward_rows<P, 4>(r0s, W, Q, out + r * Q, arg + r * Q);
+  }
+  for (; r < r_end; ++r) {
+    const storage_t<P>* r0s[1] = {next()};
+    forward_rows<P, 1>(r0s, W, Q, out + r * Q, arg + r * Q);
   }
 }
 
 /// The two input rows (dx0: dh = 0, dx1: dh = 1) under output row dy / arg (Q windows): dy at
-/// each window's recorded maximum, 0 elsewhere; columns [2Q, W) are zeroed.
+/// each window's recorded maximum, 0 elsewhere; columns [2Q, W) are zeroed. With `pooled` (the
+/// forward's output row, of a ReLU's output: nn::MaxPool2d::backward_after_relu), dy only where
+/// the window's maximum is > 0 (the ReLU's backward at that position), 0 elsewhere.
 template <class P>
 inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index_t Q, index_t W,
-                          storage_t<P>* dx0, storage_t<P>* dx1) noexcept {
+                          storage_t<P>* dx0, storage_t<P>* dx1,
+                          const storage_t<P>* pooled = nullptr) noexcept {
   // Interleaving two 16-lane vectors e0 (even columns) and e1 (odd) into 32 columns.
   const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
@@ -114,6 +152,16 @@ inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index
     } else {
       const __m256i codes = _mm256_maskz_loadu_epi16(first(n), dy + q);
       g = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+    }
+    if (pooled) {
+      __m512 y;
+      if constexpr (std::is_same_v<P, fp32>) {
+        y = _mm512_maskz_loadu_ps(first(n), pooled + q);
+      } else {
+        const __m256i codes = _mm256_maskz_loadu_epi16(first(n), pooled + q);
+        y = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+      }
+      g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
     }
     const __m512i at = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(first(n), arg + q));
     storage_t<P>* rows[2] = {dx0, dx1};
