@@ -205,6 +205,18 @@ TEMPLATE_LIST_TEST_CASE("sgd matches a double reference over many shapes and ste
             .lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4, .dampening = 0, .nesterov = true},
         6, 3);
   }
+  SECTION("Nesterov, no weight decay") { // each switch combination is its own kernel
+    compare_with_reference<TestType>(
+        train::sgd{.lr = 0.05f, .momentum = 0.7f, .nesterov = true},
+        sgd_ref{.lr = 0.05, .momentum = 0.7, .weight_decay = 0, .dampening = 0, .nesterov = true},
+        6, 5);
+  }
+  SECTION("weight decay, no momentum") {
+    compare_with_reference<TestType>(
+        train::sgd{.lr = 0.1f, .weight_decay = 1e-2f},
+        sgd_ref{.lr = 0.1, .momentum = 0, .weight_decay = 1e-2, .dampening = 0, .nesterov = false},
+        6, 6);
+  }
   SECTION("dampening") {
     compare_with_reference<TestType>(
         train::sgd{.lr = 0.1f, .momentum = 0.8f, .dampening = 0.3f},

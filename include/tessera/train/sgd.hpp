@@ -23,6 +23,7 @@
 
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace tessera::train {
@@ -85,18 +86,52 @@ struct basic_sgd {
       float* w = p.value.data();
       const float* gr = p.grad.data();
       float* buf = use_momentum ? state.slots[0][k].data() : nullptr;
-      Kokkos::parallel_for(
-          "tessera::train::sgd", Kokkos::RangePolicy<Exec>(exec, 0, p.size()),
-          KOKKOS_LAMBDA(const index_t i) {
-            float g = gr[i];
-            if (wd != 0.f) g = g + wd * w[i];
-            if (buf) {
-              const float b = first ? g : mom * buf[i] + damp1 * g;
-              buf[i] = b;
-              g = nest ? g + mom * b : b;
-            }
-            w[i] = w[i] - lr_ * g;
-          });
+      // One kernel per combination of the step's switches (weight decay, momentum, its first
+      // step, Nesterov): the element loop carries no branch, and on host spaces it runs over
+      // chunks of 4096 with its pointers in locals, so it vectorises (stores to w and buf cannot
+      // alias a local).
+      const auto launch = [&](auto decay, auto with_buffer, auto first_step, auto nesterov_) {
+        constexpr bool WD = decltype(decay)::value, BUF = decltype(with_buffer)::value,
+                       FIRST = decltype(first_step)::value, NEST = decltype(nesterov_)::value;
+        const auto update = KOKKOS_LAMBDA(float* wl, const float* gl, float* bl, const index_t i) {
+          float g = gl[i];
+          if constexpr (WD) g = g + wd * wl[i];
+          if constexpr (BUF) {
+            const float b = FIRST ? g : mom * bl[i] + damp1 * g;
+            bl[i] = b;
+            g = NEST ? g + mom * b : b;
+          }
+          wl[i] = wl[i] - lr_ * g;
+        };
+        const index_t n = p.size();
+        if constexpr (tessera::detail::is_host_exec_v<Exec>) {
+          constexpr index_t chunk = 4096;
+          Kokkos::parallel_for("tessera::train::sgd",
+                               Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
+                               [=](const index_t c) {
+                                 float* wl = w;
+                                 const float* gl = gr;
+                                 float* bl = buf;
+                                 const index_t end = n - c * chunk < chunk ? n : c * chunk + chunk;
+                                 for (index_t i = c * chunk; i < end; ++i) update(wl, gl, bl, i);
+                               });
+        } else {
+          Kokkos::parallel_for(
+              "tessera::train::sgd", Kokkos::RangePolicy<Exec>(exec, 0, n),
+              KOKKOS_LAMBDA(const index_t i) { update(w, gr, buf, i); });
+        }
+      };
+      using yes = std::true_type;
+      using no = std::false_type;
+      const auto with_decay = [&](auto decay) {
+        if (!buf)
+          launch(decay, no{}, no{}, no{});
+        else if (first)
+          nest ? launch(decay, yes{}, yes{}, yes{}) : launch(decay, yes{}, yes{}, no{});
+        else
+          nest ? launch(decay, yes{}, no{}, yes{}) : launch(decay, yes{}, no{}, no{});
+      };
+      wd != 0.f ? with_decay(yes{}) : with_decay(no{});
     });
     exec.fence();
     ++state.step;
