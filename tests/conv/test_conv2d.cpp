@@ -122,6 +122,44 @@ TEST_CASE("conv2d fp32 narrow forward (reduction under 64, stride 1): vectors al
   }
 }
 
+TEST_CASE("conv2d_backward_weight fp32: three adjacent taps cut from two loads (3-wide kernel "
+          "rows)",
+          "[conv][fp32][implicit]") {
+  // weight_block_runs serves register blocks of two runs of three adjacent taps (a 3-wide
+  // kernel row, dilation 1) over linear runs; a last block of one run (odd input channels),
+  // taller kernels, 16-column rows (aligned loads), other widths (split loads and a masked
+  // tail) and a dilated kernel (not runs) must all give the reference's dW.
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R,
+                        conv2d_params prm) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = 3, s.prm = prm;
+    return s;
+  };
+  const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const conv_shape shapes[] = {
+      shape(6, 5, 16, 12, 12, 3, pad1),  // reduction 45: the last block holds one run
+      shape(4, 32, 64, 14, 14, 3, pad1), // rows of 16 columns: aligned loads, no tail
+      shape(3, 7, 24, 20, 17, 5, pad1),  // 5 x 3 kernel, rows of 17: a tail in every run
+      shape(5, 9, 8, 9, 30, 1, pad1),    // 1 x 3 kernel
+      shape(4, 12, 16, 16, 16, 3,
+            {.pad_top = 2,
+             .pad_bottom = 2,
+             .pad_left = 2,
+             .pad_right = 2,
+             .dilation_h = 2,
+             .dilation_w = 2}), // dilated: adjacent taps are 2 apart, the plain blocks
+  };
+  int i = 0;
+  for (const conv_shape& s : shapes) {
+    INFO(describe(s));
+#if defined(__AVX512F__)
+    const auto fg = detail::forward_geometry(problem_of(s), 1.f);
+    CHECK(detail::implicit_conv::weight_direct_layout_for(fg, 1).ok);
+#endif
+    check_all_passes<fp32, fp32, fp32>(Kokkos::DefaultExecutionSpace{}, s, 9700 + i++, budgets[0]);
+  }
+}
+
 TEST_CASE("conv2d_backward_weight fp32 with Inf and NaN in x: only true pairs are multiplied",
           "[conv][fp32][implicit]") {
   // The dot products run over each band's padded rows, whose extra columns meet zeros of dy
