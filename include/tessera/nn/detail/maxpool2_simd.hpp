@@ -91,10 +91,10 @@ inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, s
       best[i] = v[0];
       at[i] = _mm512_setzero_si512();
       for (int k = 1; k < 4; ++k) {
-        const __mmask16 gt = _mm512_cmp_ps_mask(v[k], best[i], _CMP_GT_OQ);
-        const __mmask16 nan = _mm512_cmp_ps_mask(v[k], v[k], _CMP_UNORD_Q);
+        // Taken where best is a number and v is greater or NaN: "not <=" is true for both (an
+        // unordered compare), and the compare masked by best's ordered lanes drops a NaN best.
         const __mmask16 ord = _mm512_cmp_ps_mask(best[i], best[i], _CMP_ORD_Q);
-        const __mmask16 take = gt | (nan & ord);
+        const __mmask16 take = _mm512_mask_cmp_ps_mask(ord, v[k], best[i], _CMP_NLE_UQ);
         best[i] = _mm512_mask_mov_ps(best[i], take, v[k]);
         at[i] = _mm512_mask_mov_epi32(at[i], take, _mm512_set1_epi32(k));
       }
