@@ -5,6 +5,8 @@
 #include <tessera/precision.hpp>
 #include <tessera/precision/vector_convert.hpp> // convert_n
 
+#include <tessera/gemm/detail/amx.hpp> // hostgemm::load_bf16
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -384,4 +386,35 @@ TEST_CASE("rounding edge cases: bf16", "[precision][bf16]") {
       {0x7f800000u, 0x7f7f, 0x7f80, "+inf"},
       {0x7f800001u, 0x7fc0, 0x7fc0, "signalling NaN -> quiet NaN"},
   });
+}
+
+TEMPLATE_TEST_CASE("hostgemm::load_bf16: every fp8 code, every length to 140, no write past n",
+                   "[precision][fp8]", tessera::float8_e4m3, tessera::float8_e5m2) {
+  // The bf16 bits of each code are those of its float (exact: fp8 values are bf16 values),
+  // through whichever path this build takes: 64-code byte-table steps and a masked last step
+  // (AVX512-VBMI), 16-lane decodes, the scalar table.
+  std::vector<std::uint8_t> codes(512);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 167 + 3);
+  std::vector<TestType> src(codes.size());
+  for (std::size_t i = 0; i < src.size(); ++i) src[i].bits = codes[i];
+  int bad = 0;
+  for (std::size_t off = 0; off < 4; ++off)
+    for (tessera::index_t n = 0; n <= 140; ++n) {
+      std::vector<std::uint16_t> dst(static_cast<std::size_t>(n) + 40, 0xabcd);
+      tessera::detail::hostgemm::load_bf16(src.data() + off, dst.data(), n);
+      for (std::size_t i = 0; i < dst.size(); ++i) {
+        bool ok = dst[i] == 0xabcd; // past n: untouched
+        if (i < static_cast<std::size_t>(n)) {
+          const float f = tessera::to_float(src[off + i]);
+          std::uint32_t u;
+          std::memcpy(&u, &f, sizeof u);
+          const auto want = static_cast<std::uint16_t>(u >> 16);
+          const bool nan = (dst[i] & 0x7f80u) == 0x7f80u && (dst[i] & 0x7fu) != 0;
+          ok = f != f ? nan && (dst[i] >> 15) == (want >> 15) : dst[i] == want;
+        }
+        if (!ok && bad++ < 5)
+          FAIL_CHECK("offset " << off << ", n " << n << ", element " << i << ": " << dst[i]);
+      }
+    }
+  CHECK(bad == 0);
 }

@@ -142,6 +142,15 @@ inline void load_bf16(const S* src, std::uint16_t* dst, index_t n) noexcept {
         _mm512_storeu_si512(dst + i, lo);
         _mm512_storeu_si512(dst + i + 32, hi);
       }
+      if (i < n) { // the last 1..63 codes: masked loads and stores (short rows: a conv band's)
+        const auto r = static_cast<unsigned>(n - i);
+        const __mmask64 m = (std::uint64_t(1) << r) - 1u;
+        __m512i lo, hi;
+        fp8_to_bf16_x64<S>(_mm512_maskz_loadu_epi8(m, in + i), lo, hi);
+        _mm512_mask_storeu_epi16(dst + i, static_cast<__mmask32>(m), lo);
+        if (r > 32) _mm512_mask_storeu_epi16(dst + i + 32, static_cast<__mmask32>(m >> 32), hi);
+        return;
+      }
     }
 #endif
 #if !TESSERA_DEVICE_PASS
