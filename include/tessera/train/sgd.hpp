@@ -25,6 +25,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace tessera::train {
 
@@ -66,9 +67,11 @@ struct basic_sgd {
     }
   }
 
-  /// One update of every parameter from its gradient: one kernel per parameter on exec, then
-  /// one fence. Throws value_error for invalid hyper-parameters (validate()) and shape_error if
-  /// params are not the parameters of the first step (count, names, sizes), changing nothing.
+  /// One update of every parameter from its gradient, then one fence: on a host space one
+  /// kernel for all parameters (chunks of 4096 elements; one parallel region per step), on
+  /// others one kernel per parameter. Throws value_error for invalid hyper-parameters
+  /// (validate()) and shape_error if params are not the parameters of the first step (count,
+  /// names, sizes), changing nothing.
   template <class Exec, class Params>
   void step(const Exec& exec, const Params& params) {
     detail::require_accessible<Exec, MemorySpace>();
@@ -76,68 +79,105 @@ struct basic_sgd {
     state.bind("tessera::train::sgd::step", params);
     const bool use_momentum = momentum != 0.f;
     const bool first = use_momentum && state.ensure_slot(0, slot_names[0]);
-    const float lr_ = lr, mom = momentum, wd = weight_decay, damp1 = 1.f - dampening;
+    const update_args a{.lr = lr, .mom = momentum, .wd = weight_decay, .damp1 = 1.f - dampening};
     const bool nest = nesterov;
+    std::vector<span> spans;
     detail::for_each_parameter(params, [&](const auto& p, std::size_t k) {
       static_assert(Kokkos::SpaceAccessibility<
                         Exec, typename std::remove_cvref_t<decltype(p)>::memory_space>::accessible,
                     "tessera::train::sgd::step: the execution space cannot access the "
                     "parameters' memory space.");
-      float* w = p.value.data();
-      const float* gr = p.grad.data();
-      float* buf = use_momentum ? state.slots[0][k].data() : nullptr;
-      // One kernel per combination of the step's switches (weight decay, momentum, its first
-      // step, Nesterov): the element loop carries no branch, and on host spaces it runs over
-      // chunks of 4096 with its pointers in locals, so it vectorises (stores to w and buf cannot
-      // alias a local).
-      const auto launch = [&](auto decay, auto with_buffer, auto first_step, auto nesterov_) {
-        constexpr bool WD = decltype(decay)::value, BUF = decltype(with_buffer)::value,
-                       FIRST = decltype(first_step)::value, NEST = decltype(nesterov_)::value;
-        const auto update = KOKKOS_LAMBDA(float* wl, const float* gl, float* bl, const index_t i) {
-          float g = gl[i];
-          if constexpr (WD) g = g + wd * wl[i];
-          if constexpr (BUF) {
-            const float b = FIRST ? g : mom * bl[i] + damp1 * g;
-            bl[i] = b;
-            g = NEST ? g + mom * b : b;
-          }
-          wl[i] = wl[i] - lr_ * g;
-        };
-        const index_t n = p.size();
-        if constexpr (tessera::detail::is_host_exec_v<Exec>) {
-          constexpr index_t chunk = 4096;
-          Kokkos::parallel_for("tessera::train::sgd",
-                               Kokkos::RangePolicy<Exec>(exec, 0, (n + chunk - 1) / chunk),
-                               [=](const index_t c) {
-                                 float* wl = w;
-                                 const float* gl = gr;
-                                 float* bl = buf;
-                                 const index_t end = n - c * chunk < chunk ? n : c * chunk + chunk;
-                                 for (index_t i = c * chunk; i < end; ++i) update(wl, gl, bl, i);
-                               });
-        } else {
-          Kokkos::parallel_for(
-              "tessera::train::sgd", Kokkos::RangePolicy<Exec>(exec, 0, n),
-              KOKKOS_LAMBDA(const index_t i) { update(w, gr, buf, i); });
-        }
-      };
-      using yes = std::true_type;
-      using no = std::false_type;
-      const auto with_decay = [&](auto decay) {
-        if (!buf)
-          launch(decay, no{}, no{}, no{});
-        else if (first)
-          nest ? launch(decay, yes{}, yes{}, yes{}) : launch(decay, yes{}, yes{}, no{});
-        else
-          nest ? launch(decay, yes{}, no{}, yes{}) : launch(decay, yes{}, no{}, no{});
-      };
-      wd != 0.f ? with_decay(yes{}) : with_decay(no{});
+      spans.push_back({p.value.data(), p.grad.data(),
+                       use_momentum ? state.slots[0][k].data() : nullptr, p.size()});
     });
+    // One kernel per combination of the step's switches (weight decay, momentum, its first
+    // step, Nesterov): the element loop carries no branch.
+    using yes = std::true_type;
+    using no = std::false_type;
+    const auto with_decay = [&](auto decay) {
+      if (!use_momentum)
+        launch(exec, spans, a, decay, no{}, no{}, no{});
+      else if (first)
+        nest ? launch(exec, spans, a, decay, yes{}, yes{}, yes{})
+             : launch(exec, spans, a, decay, yes{}, yes{}, no{});
+      else
+        nest ? launch(exec, spans, a, decay, yes{}, no{}, yes{})
+             : launch(exec, spans, a, decay, yes{}, no{}, no{});
+    };
+    weight_decay != 0.f ? with_decay(yes{}) : with_decay(no{});
     exec.fence();
     ++state.step;
   }
 
 private:
+  struct update_args {
+    float lr, mom, wd, damp1;
+  };
+  /// One parameter's memory: value, gradient, momentum buffer (or null), size.
+  struct span {
+    float* w;
+    const float* g;
+    float* b;
+    index_t n;
+  };
+
+  template <bool WD, bool BUF, bool FIRST, bool NEST>
+  static TESSERA_INLINE void update(const update_args& a, float* w, const float* gr, float* buf,
+                                    const index_t i) {
+    float g = gr[i];
+    if constexpr (WD) g = g + a.wd * w[i];
+    if constexpr (BUF) {
+      const float b = FIRST ? g : a.mom * buf[i] + a.damp1 * g;
+      buf[i] = b;
+      g = NEST ? g + a.mom * b : b;
+    }
+    w[i] = w[i] - a.lr * g;
+  }
+
+  template <class Exec, class WD, class BUF, class FIRST, class NEST>
+  static void launch(const Exec& exec, const std::vector<span>& spans, const update_args a, WD, BUF,
+                     FIRST, NEST) {
+    constexpr bool wd = WD::value, with_buf = BUF::value, first = FIRST::value, nest = NEST::value;
+    if constexpr (tessera::detail::is_host_exec_v<Exec>) {
+      // Chunks of 4096 elements of all parameters, one work item each, the pointers in locals
+      // (the loop vectorises: stores to w and buf cannot alias a local).
+      constexpr index_t chunk = 4096;
+      std::vector<index_t> starts; // the first chunk of each parameter, then the total
+      index_t chunks = 0;
+      for (const span& sp : spans) {
+        starts.push_back(chunks);
+        chunks += (sp.n + chunk - 1) / chunk;
+      }
+      starts.push_back(chunks);
+      const span* sps = spans.data();
+      const index_t* st = starts.data();
+      const auto count = static_cast<index_t>(spans.size());
+      Kokkos::parallel_for("tessera::train::sgd", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
+                           [=](const index_t c) {
+                             index_t k = 0;
+                             while (k + 1 < count && st[k + 1] <= c) ++k;
+                             const span sp = sps[k];
+                             float* w = sp.w;
+                             const float* g = sp.g;
+                             float* b = sp.b;
+                             const index_t begin = (c - st[k]) * chunk;
+                             const index_t end = sp.n - begin < chunk ? sp.n : begin + chunk;
+                             for (index_t i = begin; i < end; ++i)
+                               update<wd, with_buf, first, nest>(a, w, g, b, i);
+                           });
+      exec.fence(); // starts lives until the kernel is done
+    } else {
+      for (const span& sp : spans) {
+        float* w = sp.w;
+        const float* g = sp.g;
+        float* b = sp.b;
+        Kokkos::parallel_for(
+            "tessera::train::sgd", Kokkos::RangePolicy<Exec>(exec, 0, sp.n),
+            KOKKOS_LAMBDA(const index_t i) { update<wd, with_buf, first, nest>(a, w, g, b, i); });
+      }
+    }
+  }
+
   void check_hyperparameters(const char* who) const {
     const auto bad = [who](const std::string& what) {
       throw value_error(std::string(who) + ": " + what);
