@@ -62,6 +62,17 @@ inline void load_pairs(const storage_t<P>* row, index_t n, __m512& ev, __m512& o
   }
 }
 
+/// n (<= 16) consecutive elements of storage P as fp32 lanes (exact), the rest 0.
+template <class P>
+inline __m512 load_lanes(const storage_t<P>* v, index_t n) noexcept {
+  if constexpr (std::is_same_v<P, fp32>) {
+    return _mm512_maskz_loadu_ps(first(n), v);
+  } else {
+    const __m256i codes = _mm256_maskz_loadu_epi16(first(n), v);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+  }
+}
+
 /// Stores n (<= 16) fp32 lanes as storage P (exact: the values came from P).
 template <class P>
 inline void store_lanes(storage_t<P>* out, index_t n, __m512 v) noexcept {
@@ -146,23 +157,10 @@ inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index
   const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
   for (index_t q = 0; q < Q; q += 16) {
     const index_t n = Q - q < 16 ? Q - q : 16;
-    __m512 g;
-    if constexpr (std::is_same_v<P, fp32>) {
-      g = _mm512_maskz_loadu_ps(first(n), dy + q);
-    } else {
-      const __m256i codes = _mm256_maskz_loadu_epi16(first(n), dy + q);
-      g = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
-    }
-    if (pooled) {
-      __m512 y;
-      if constexpr (std::is_same_v<P, fp32>) {
-        y = _mm512_maskz_loadu_ps(first(n), pooled + q);
-      } else {
-        const __m256i codes = _mm256_maskz_loadu_epi16(first(n), pooled + q);
-        y = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
-      }
-      g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), g);
-    }
+    __m512 g = load_lanes<P>(dy + q, n);
+    if (pooled)
+      g = _mm512_maskz_mov_ps(
+          _mm512_cmp_ps_mask(load_lanes<P>(pooled + q, n), _mm512_setzero_ps(), _CMP_GT_OQ), g);
     const __m512i at = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(first(n), arg + q));
     storage_t<P>* rows[2] = {dx0, dx1};
     for (int dh = 0; dh < 2; ++dh) {
