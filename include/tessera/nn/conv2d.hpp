@@ -17,6 +17,7 @@
 
 #include <tessera/conv/conv2d.hpp>
 #include <tessera/nn/detail/common.hpp>
+#include <tessera/nn/detail/row_math.hpp> // lane_sum
 #include <tessera/nn/layer.hpp>
 
 #include <boost/hana/flatten.hpp>
@@ -182,29 +183,20 @@ public:
         Tensor<DP, dextents<4>, layout_right, M>(dy_in.kokkos_view(), dextents<4>::from_all(out_));
     const auto dq = dy_cast_(exec, dy);
     conv2d_backward_weight(exec, x_.conv_input(), dq.conv_input(), weight_.grad, params, ws_);
-    // The bias gradient from dy itself (not its fp8 copy): sum over b, p, q per channel. Each
-    // (b, channel) plane of P*Q is summed in 16 interleaved partial sums (independent chains:
-    // the loop vectorises without reassociating anything), then those and the planes are
-    // added: the fp32 error grows with P*Q/16 + 16 + B terms, not B*P*Q.
+    // The bias gradient from dy itself (not its fp8 copy): sum over b, p, q per channel, each
+    // (b, channel) plane of P*Q summed in 16 lanes first (detail::lane_sum), then the planes:
+    // the fp32 error grows with P*Q/16 + 4 + B terms, not B*P*Q.
     const auto* d = dy.data();
     float* db = bias_.grad.data();
     const index_t B = out_[0], PQ = out_[2] * out_[3];
     Kokkos::parallel_for(
         "tessera::nn::Conv2d::backward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, OutC),
         KOKKOS_LAMBDA(const index_t k) {
-          const auto* src = d;
-          const index_t planes = B, n = PQ;
+          const auto* src = d; // a local: the sums' loop then vectorises
           float acc = 0.f;
-          for (index_t b = 0; b < planes; ++b) {
-            const auto* r = src + (b * OutC + k) * n;
-            float part[16] = {};
-            index_t i = 0;
-            for (; i + 16 <= n; i += 16)
-              for (int j = 0; j < 16; ++j) part[j] += to_float(r[i + j]);
-            for (int j = 0; i + j < n; ++j) part[j] += to_float(r[i + j]);
-            for (int w = 8; w >= 1; w /= 2)
-              for (int j = 0; j < w; ++j) part[j] += part[j + w];
-            acc += part[0];
+          for (index_t b = 0; b < B; ++b) {
+            const auto* r = src + (b * OutC + k) * PQ;
+            acc += detail::lane_sum(PQ, [&](const index_t i) { return to_float(r[i]); });
           }
           db[k] = acc;
         });
