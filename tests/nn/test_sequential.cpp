@@ -244,3 +244,88 @@ TEMPLATE_TEST_CASE("nn::Sequential: Conv2d + ReLU run fused, with the unfused la
     CHECK(unfused_g[i] == fused_g[i]);
   }
 }
+
+namespace {
+
+// Conv2d, ReLU, MaxPool2d<2> in a Sequential (pooled in the convolution's store where it can)
+// against the same layers run one by one (the convolution's full output, ReLU, then pooling):
+// outputs, dx and the gradients bit for bit. `fused` says whether the store must have pooled
+// (the convolution's full-resolution output then never allocated).
+template <class Model, index_t C>
+void conv_relu_pool_case(index_t B, index_t H, index_t W, bool fused, std::uint64_t seed) {
+  INFO("B " << B << ", C " << C << ", H " << H << ", W " << W);
+  Model model(seed);
+  const auto e = exec_space();
+  auto x = tensor_from<fp32>(uniform_values(static_cast<std::size_t>(B * C * H * W), seed + 1),
+                             extents<dyn, C, dyn, dyn>(B, H, W));
+  const auto y = model.forward(e, x);
+  const auto fused_y = to_doubles(y);
+  const auto conv_bytes = [&] {
+    nn::activation_ledger l;
+    model.template layer<0>().count_activations(l);
+    return l.bytes();
+  };
+  const std::size_t kept = conv_bytes();
+  auto dy = tensor_from<typename std::remove_cvref_t<decltype(y)>::precision>(
+      uniform_values(static_cast<std::size_t>(y.size()), seed + 2), y.extents());
+  const auto fused_dx = to_doubles(model.backward(e, dy, true));
+  std::vector<std::vector<double>> fused_g;
+  boost::hana::for_each(model.parameters(),
+                        [&](const auto& p) { fused_g.push_back(to_doubles(p.grad)); });
+
+  auto& conv = model.template layer<0>();
+  auto& relu = model.template layer<1>();
+  auto& pool = model.template layer<2>();
+  CHECK(to_doubles(pool.forward(e, relu.forward(e, conv.forward(e, x)))) == fused_y);
+  // The full-resolution output exists only now, when the store pooled.
+  CHECK((conv_bytes() > kept) == fused);
+  CHECK(to_doubles(conv.backward(e, relu.backward(e, pool.backward(e, dy)))) == fused_dx);
+  std::size_t i = 0;
+  boost::hana::for_each(model.parameters(), [&](const auto& p) {
+    INFO("parameter " << i);
+    CHECK(to_doubles(p.grad) == fused_g[i++]);
+  });
+}
+
+template <class P>
+using NarrowCRP =
+    nn::Sequential<nn::Conv2d<3, 16, 3, nn::conv_options{.pad = 1}, P>, nn::ReLU, nn::MaxPool2d<2>>;
+template <class P>
+using DirectCRP =
+    nn::Sequential<nn::Conv2d<8, 16, 3, nn::conv_options{.pad = 1}, P>, nn::ReLU, nn::MaxPool2d<2>>;
+template <class P>
+using StridedCRP = nn::Sequential<nn::Conv2d<8, 16, 3, nn::conv_options{.stride = 2, .pad = 1}, P>,
+                                  nn::ReLU, nn::MaxPool2d<2>>;
+
+} // namespace
+
+TEMPLATE_TEST_CASE("nn::Sequential<Conv2d, ReLU, MaxPool2d<2>>: pooled in the convolution's "
+                   "store, the layers' values bit for bit",
+                   "[nn][sequential][pool]", fp32, bf16, nn::fp8<>) {
+  namespace ic = tessera::detail::implicit_conv;
+  const bool simd = tessera::detail::hostgemm::have_simd;
+  // The direct path of bf16 and fp8 operands is their bf16 pairs form (AVX512_BF16 CPUs).
+  bool pairs = std::is_same_v<TestType, fp32>;
+#if TESSERA_GEMM_AVX512BF16
+  if (!pairs) pairs = ic::pairs_cpu();
+#endif
+  // The narrow path (3 x 3 x 3 reduction): odd H and W, one band, two bands of 39 output rows
+  // made 40 (every band must start at an even row), a tiny image.
+  conv_relu_pool_case<NarrowCRP<TestType>, 3>(2, 28, 28, simd, 1);
+  conv_relu_pool_case<NarrowCRP<TestType>, 3>(3, 15, 13, simd, 2);
+  conv_relu_pool_case<NarrowCRP<TestType>, 3>(1, 77, 40, simd, 3);
+  conv_relu_pool_case<NarrowCRP<TestType>, 3>(2, 2, 3, simd, 4);
+  // The direct path: 14 wide (rows contiguous), 20 wide (22 slots a row: garbage columns
+  // between rows), bands of 9 and 11 rows made 10 and 12, odd H; stride 2.
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 14, 14, simd && pairs, 5);
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 27, 20, simd && pairs, 6);
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(1, 33, 14, simd && pairs, 7);
+  conv_relu_pool_case<StridedCRP<TestType>, 8>(2, 29, 27, simd && pairs, 8); // 15 x 14 out
+  // Not pooled in the store (3 columns: more than 25% of a row's slots wasted, the packed
+  // path): the layers run one after the other, the same values.
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 9, 3, false, 9);
+  // Bad input still names the operation.
+  DirectCRP<TestType> m(1);
+  CHECK_THROWS_AS(m.forward(exec_space(), Tensor<fp32, extents<dyn, 8, dyn, dyn>>("x", 1, 1, 1)),
+                  shape_error);
+}

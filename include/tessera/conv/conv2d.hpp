@@ -156,6 +156,48 @@ void conv2d_backward_weight(const Exec& exec, const X& x_in, const DY& dy_in, co
   detail::conv2d_bias_grad(exec, dy, db, sdy);
 }
 
+namespace detail {
+
+/// conv2d_forward(x, w, bias, y, params, ws, epi) with each output channel's rows handed to
+/// `rows` instead of stored into a y: rows(sums, ld, k, n, p0, count, f, alpha) gets the fp32
+/// sums of channel k of image n, output rows p0 .. p0 + count - 1 (ld apart), whose stored values
+/// would be f(alpha * sum) in precision Py, in bands starting at even rows (all of an even count
+/// but a last one of odd P): what nn::Conv2d::forward_pooled needs to pool 2 x 2 windows in the
+/// store, never writing the full-resolution output. Host spaces, the implicit direct paths
+/// only: returns false, having done nothing, where they do not apply (a device space, an empty
+/// batch, one input channel per group, im2col + GEMM), and the caller runs conv2d_forward.
+template <class Py, class Exec, ConvInput X, ConvInput Wt, ConvOperand B, class M, class Epi,
+          class Rows, Conv2dParams Prm>
+bool conv2d_forward_rows(const Exec& exec, const X& x_in, const Wt& w_in, const B& bias_in,
+                         const Prm& params, conv2d_workspace<M>& ws, const Epi& epi,
+                         const Rows& rows) {
+#if TESSERA_DEVICE_PASS
+  return false;
+#else
+  if constexpr (!is_host_exec_v<Exec>) {
+    return false;
+  } else {
+    const auto x = input_view(x_in);
+    const auto w = input_view(w_in);
+    const auto bias = conv_as_view(bias_in);
+    const char* op = "tessera::conv2d_forward";
+    // The output's shape for the checks (no memory: nothing reads or writes it).
+    const conv2d_params prm = params;
+    const auto pq = prm.output_hw_for(op, x.extent(2), x.extent(3), w.extent(2), w.extent(3));
+    const TensorView<fp32, dextents<4>, layout_right, M> shape(
+        nullptr, dextents<4>(x.extent(0), w.extent(0), pq[0], pq[1]));
+    const auto pb = check_conv2d(op, "x", x, "w", w, "y", shape, params);
+    check_bias(op, "bias", bias, pb);
+    check_workspace_space<decltype(x), M>();
+    if (pb.N == 0 || pb.one_channel_per_group()) return false;
+    const float alpha = input_scale_inv(op, "x", x_in) * input_scale_inv(op, "w", w_in);
+    return forward_implicit<Py, true>(exec, x, w, bias, pb, ws, alpha, epi, rows);
+  }
+#endif
+}
+
+} // namespace detail
+
 // The same five calls without a workspace argument: each allocates a temporary workspace (once,
 // at its start). Layers called repeatedly should keep a conv2d_workspace and pass it.
 

@@ -169,6 +169,44 @@ public:
     return y;
   }
 
+  /// forward(exec, x, {}, epi), then `pool` (an nn::MaxPool2d<2>) over its output, in one pass
+  /// where the convolution runs an implicit direct path (host spaces:
+  /// detail::conv2d_forward_rows): each band's output rows are pooled in the convolution's
+  /// store, the full-resolution output is never written, and `pool` records its output and the
+  /// maxima's positions as its forward would. Otherwise the output is computed, passed to
+  /// `full` (nn::Sequential: the ReLU adopts it) and pooled by pool.forward. The same values
+  /// either way; backward then takes dy of the full-resolution output (pool's backward).
+  template <class Exec, class XP, class E, class Epi, class Pool, class Full>
+  auto forward_pooled(const Exec& exec, const Tensor<XP, E, layout_right, M>& x, const Epi& epi,
+                      Pool& pool, const Full& full) {
+    static_assert(accepts<E>, "tessera::nn::Conv2d::forward: x must be (B, InC, H, W) with the "
+                              "dilated kernel fitting the padded image.");
+    const char* op = "tessera::nn::Conv2d::forward";
+    if (x.extent(1) != InC)
+      throw shape_error(std::string(op) + ": x has shape " + shape_string(x.extents()) +
+                        "; it must have " + std::to_string(InC) + " channels (dimension 1)");
+    const auto pq = params.output_hw_for(op, x.extent(2), x.extent(3), Kernel, Kernel);
+    const auto xd = Tensor<XP, dextents<4>, layout_right, M>(
+        x.kokkos_view(), dextents<4>::from_all(x.extents().to_array()));
+    w_ = w_cast_(exec, weight_.value);
+    x_ = x_cast_(exec, xd);
+    const auto oe = output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]});
+    out_ = {x.extent(0), OutC, pq[0], pq[1]};
+    in_ = {x.extent(0), InC, x.extent(2), x.extent(3)};
+    if (Pool::accepts_fused(oe)) {
+      auto [y, rows] = pool.template fused_target<activation_precision>(oe);
+      if (tessera::detail::conv2d_forward_rows<activation_precision>(
+              exec, x_.conv_input(), w_.conv_input(), bias_.value, params, ws_, epi, rows)) {
+        pool.fused_done(y, oe);
+        return y;
+      }
+    }
+    auto y = y_.get(oe);
+    conv2d_forward(exec, x_.conv_input(), w_.conv_input(), bias_.value, y, params, ws_, epi);
+    full(y);
+    return pool.forward(exec, y);
+  }
+
   /// From dy (B, OutC, P, Q) of the last forward: writes dL/dW and dL/db into the gradients
   /// and returns dx (B, InC, H, W) in activation_precision (empty when need_dx is false).
   /// `reduce` (detail::no_reduction) is applied to the fp32 sums of dx before their rounding.

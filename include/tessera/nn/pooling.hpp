@@ -14,6 +14,8 @@
 #include <tessera/nn/detail/maxpool2_simd.hpp>
 #include <tessera/nn/layer.hpp>
 
+#include <utility>
+
 namespace tessera::nn {
 
 template <index_t K>
@@ -107,6 +109,34 @@ public:
     last_y_ = y.data();
     last_kind_ = precision_index<XP>();
     return y;
+  }
+
+  /// For the layer before, pooling its own output in its store (nn::Conv2d::forward_pooled):
+  /// the output tensor and the consumer of its output rows (detail::maxpool2::conv_rows) that
+  /// fills it and the positions, for an input of shape `in` (B, C, H, W); `fused_done` then
+  /// records them as forward would have. Only for K == 2, H and W >= 2 and W <=
+  /// maxpool2::max_fused_width (accepts_fused); otherwise the layer before runs, then forward.
+  template <class XP, class InExt>
+  auto fused_target(const InExt& in) {
+    static_assert(K == 2, "tessera::nn::MaxPool2d::fused_target: only 2 x 2 windows are pooled "
+                          "in a convolution's store.");
+    auto y = y_.template get<XP>(output_extents<InExt>::from_all(
+        {in.extent(0), in.extent(1), in.extent(2) / K, in.extent(3) / K}));
+    auto* arg = arg_.get(y.size());
+    return std::pair{y, detail::maxpool2::conv_rows<XP>{y.data(), arg, in.extent(1), in.extent(3),
+                                                        y.extent(2), y.extent(3)}};
+  }
+  template <class InExt>
+  static bool accepts_fused(const InExt& in) noexcept {
+    return K == 2 && in.extent(2) >= K && in.extent(3) >= K &&
+           in.extent(3) <= detail::maxpool2::max_fused_width;
+  }
+  template <class XP, class OutExt, class InExt>
+  void fused_done(const Tensor<XP, OutExt, layout_right, M>& y, const InExt& in) {
+    in_ = {in.extent(0), in.extent(1), in.extent(2), in.extent(3)};
+    out_shape_.save(y.extents());
+    last_y_ = y.data();
+    last_kind_ = precision_index<XP>();
   }
 
   /// dx (B, C, H, W) of the last forward's input: dy at each window's maximum, 0 elsewhere.

@@ -25,6 +25,7 @@
 #include <tessera/nn/activation.hpp>
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/layer.hpp>
+#include <tessera/nn/pooling.hpp>
 
 #include <boost/hana/at.hpp>
 #include <boost/hana/flatten.hpp>
@@ -316,6 +317,19 @@ private:
                   "the layer before it returns (nn::LayerForward, nn/layer.hpp).");
     if constexpr (I + 1 == N) {
       return boost::hana::at_c<I>(layers_).forward(exec, x);
+    } else if constexpr (fuses_relu_pool<I, Exec, X>()) {
+      // Layer I stores max(v, 0) and layer I + 2 pools it in the same store (the full-resolution
+      // output only where the convolution cannot: then the ReLU adopts it).
+      auto& relu = boost::hana::at_c<I + 1>(layers_);
+      relu.release_activations();
+      auto y = boost::hana::at_c<I>(layers_).forward_pooled(
+          exec, x, detail::relu_store{}, boost::hana::at_c<I + 2>(layers_),
+          [&](const auto& full) { relu.adopt_output(full); });
+      if constexpr (I + 3 == N) {
+        return y;
+      } else {
+        return forward_from<I + 3>(exec, y);
+      }
     } else if constexpr (fuses_relu<I, Exec, X>()) {
       // Layer I stores max(v, 0) (ReLU's function) in its output's store; ReLU adopts it.
       auto y = boost::hana::at_c<I>(layers_).forward(exec, x, detail::no_reduction{},
@@ -345,6 +359,28 @@ private:
       return std::is_same_v<Next, ReLU> && requires(L & l, const Exec& e, const X& x) {
         l.forward(e, x, detail::no_reduction{}, detail::relu_store{});
       };
+    }
+  }
+
+  /// True when layers I, I + 1, I + 2 are a layer with forward_pooled (nn::Conv2d), an nn::ReLU
+  /// and an nn::MaxPool2d<2>: the three forwards then run as one pass where the convolution
+  /// allows (Conv2d::forward_pooled), the ReLU's output never written at full resolution (its
+  /// backward is the pooling's backward_after_relu, which needs only the pooled values).
+  template <std::size_t I, class Exec, class X>
+  static constexpr bool fuses_relu_pool() {
+    if constexpr (I + 2 >= N) {
+      return false;
+    } else {
+      using L = std::tuple_element_t<I, std::tuple<Layers...>>;
+      using Next = std::tuple_element_t<I + 1, std::tuple<Layers...>>;
+      using Pool = std::tuple_element_t<I + 2, std::tuple<Layers...>>;
+      if constexpr (!std::is_same_v<Next, ReLU> || !std::is_same_v<Pool, MaxPool2d<2>>) {
+        return false;
+      } else {
+        return requires(L & l, const Exec& e, const X& x, Pool& p) {
+          l.forward_pooled(e, x, detail::relu_store{}, p, [](const auto&) {});
+        };
+      }
     }
   }
 

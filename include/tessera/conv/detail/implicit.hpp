@@ -327,8 +327,10 @@ struct direct_layout {
   }
 };
 
-/// The layout of fp32 bands, or of bf16 channel pairs when `pairs`.
-inline direct_layout direct_layout_for(const geometry& g, bool pairs = false) {
+/// The layout of fp32 bands, or of bf16 channel pairs when `pairs`; even_rows: bands of an even
+/// number of output rows (all but a last one of odd Hout), for a consumer of row pairs.
+inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
+                                       bool even_rows = false) {
   direct_layout d;
   d.planes = pairs ? (g.cin + 1) / 2 : g.cin;
   if (g.sh < 1 || g.sh > 2 || g.sw < 1 || g.sw > 2 || g.Wout < 1 || g.Hout < 1) return d;
@@ -341,6 +343,10 @@ inline direct_layout direct_layout_for(const geometry& g, bool pairs = false) {
   const index_t per = std::max<index_t>(1, MC / d.SP);
   d.bands = (g.Hout + per - 1) / per;
   d.rows = (g.Hout + d.bands - 1) / d.bands;
+  if (even_rows && d.rows % 2 != 0 && d.rows < g.Hout) { // every band starts at an even row
+    ++d.rows;
+    d.bands = (g.Hout + d.rows - 1) / d.rows;
+  }
   d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
   d.cap = ((d.rows * d.SP + MR - 1) / MR * MR + 15) / 16 * 16;
   d.ok = true;
@@ -558,15 +564,16 @@ inline bool pairs_direct_for(const geometry& g) {
   return pairs_cpu() && direct_layout_for(g, true).ok;
 }
 
-/// run() through the direct path (d.ok): same operands, store(sums, k, dst, count) now reads
-/// count contiguous fp32 sums. Pairs: d is direct_layout_for(g, true), pb holds the weights as
+/// run() through the direct path (d.ok): same operands; rows_out(sums, ld, k, n, p0, count)
+/// takes the fp32 sums of output channel k of image n, output rows p0 .. p0 + count - 1 (Wout
+/// sums each, rows ld apart). Pairs: d is direct_layout_for(g, true), pb holds the weights as
 /// pack_weight_pairs wrote them (bf16 pairs), else as pack_weights did (fp32). scratch:
 /// d.steps(g) offsets (as index_t, rounded up to 64 bytes), then direct_parts(exec, g, d) *
 /// d.part_floats(g) floats, 64-byte aligned.
-template <bool Pairs, class Exec, class T, class O, class Store>
+template <bool Pairs, class Exec, class T, class Rows>
 void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, const T* in,
-                index_t in_ns, index_t in_cs, index_t in_hs, const void* pbv, O* out,
-                index_t out_ns, index_t out_cs, void* scratch, const Store& store) {
+                index_t in_ns, index_t in_cs, index_t in_hs, const void* pbv, void* scratch,
+                const Rows& rows_out) {
   using word = std::conditional_t<Pairs, std::uint32_t, float>;
   static_assert(sizeof(word) == sizeof(float), "a band word is 4 bytes");
   const int parts = direct_parts(exec, g, d);
@@ -626,16 +633,8 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
         for (index_t i = 0; i < 16; ++i) trows[i] = cb + (s0 + i) * np;
         transpose16(trows, g.cout, ct + s0, d.cap);
       }
-      O* dst = out + n * out_ns + p0 * g.Wout;
-      for (index_t j = 0; j < g.cout; ++j) {
-        const index_t k = gi * g.cout + j;
-        if (d.SP == g.Wout) { // the band's rows are contiguous in both: one run
-          store(ct + j * d.cap, k, dst + k * out_cs, rows * g.Wout);
-          continue;
-        }
-        for (index_t p = 0; p < rows; ++p)
-          store(ct + j * d.cap + p * d.SP, k, dst + k * out_cs + p * g.Wout, g.Wout);
-      }
+      for (index_t j = 0; j < g.cout; ++j)
+        rows_out(ct + j * d.cap, d.SP, gi * g.cout + j, n, p0, rows);
     }
   };
   if (parts == 1) {

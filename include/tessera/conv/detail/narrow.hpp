@@ -61,8 +61,9 @@ struct layout {
 };
 
 /// Taken for stride 1 with a reduction under max_reduction and at least 8 output channels per
-/// group (fewer leave most of a register block idle).
-inline layout layout_for(const geometry& g) {
+/// group (fewer leave most of a register block idle). even_rows: bands of an even number of
+/// output rows (all but a last one of odd Hout), for a consumer of row pairs (2 x 2 pooling).
+inline layout layout_for(const geometry& g, bool even_rows = false) {
   layout d;
   if (!hostgemm::have_simd || g.sh != 1 || g.sw != 1 || g.kred() >= max_reduction || g.cout < 8 ||
       g.Hout < 1 || g.Wout < 1 || g.N < 1)
@@ -74,6 +75,10 @@ inline layout layout_for(const geometry& g) {
   while (br > 1 && band(br) * 4 > (index_t(32) << 10)) br = (br + 1) / 2;
   d.bands = (g.Hout + br - 1) / br;
   d.BR = (g.Hout + d.bands - 1) / d.bands;
+  if (even_rows && d.BR % 2 != 0 && d.BR < g.Hout) { // every band starts at an even row
+    ++d.BR;
+    d.bands = (g.Hout + d.BR - 1) / d.BR;
+  }
   d.BH = d.BR + (g.R - 1) * g.dh;
   d.ok = true;
   return d;
@@ -125,13 +130,13 @@ void pack(const Exec& exec, const geometry& g, const layout& d, float* pw, const
 }
 
 /// The convolution (d.ok) of in (NCHW strides in_ns, in_cs, in_hs; W contiguous) with the packed
-/// weights pw into out (strides out_ns, out_cs; rows of Wout contiguous): store(sums, k, dst,
-/// count) stores count fp32 sums of output channel k at dst. scratch: g.kred() offsets
-/// (index_t, rounded up to 64 bytes), then parts_for(exec, g, d) * d.part_floats(g) floats.
-template <class Exec, class T, class O, class Store>
+/// weights pw: rows(sums, ld, k, n, p0, count) takes the fp32 sums of output channel k of image
+/// n, output rows p0 .. p0 + count - 1 (Wout sums each, rows ld apart). scratch: g.kred()
+/// offsets (index_t, rounded up to 64 bytes), then parts_for(exec, g, d) * d.part_floats(g)
+/// floats.
+template <class Exec, class T, class Rows>
 void run(const Exec& exec, const geometry& g, const layout& d, const T* in, index_t in_ns,
-         index_t in_cs, index_t in_hs, const float* pw, O* out, index_t out_ns, index_t out_cs,
-         void* scratch, const Store& store) {
+         index_t in_cs, index_t in_hs, const float* pw, void* scratch, const Rows& rows_out) {
   const int parts = parts_for(exec, g, d);
   const index_t units = d.units(g), kred = g.kred(), nb = d.blocks(g);
   const auto* off = static_cast<const index_t*>(scratch);
@@ -150,7 +155,6 @@ void run(const Exec& exec, const geometry& g, const layout& d, const T* in, inde
       const index_t rows = std::min(d.BR, g.Hout - p0);
       implicit_conv::fill_band(g, fl, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 - g.pt,
                                band);
-      O* dst = out + n * out_ns + p0 * g.Wout;
       for (index_t b = 0; b < nb; ++b) {
         const float* wb = pw + (gi * nb + b) * kred * KB;
         const index_t kn = std::min(KB, g.cout - b * KB);
@@ -161,7 +165,7 @@ void run(const Exec& exec, const geometry& g, const layout& d, const T* in, inde
             narrow_block(kred, band + p * d.Wp + q0, off, wb, sums + p * g.Wout + q0, ld);
         for (index_t k = 0; k < kn; ++k) {
           const index_t kc = gi * g.cout + b * KB + k;
-          store(sums + k * ld, kc, dst + kc * out_cs, rows * g.Wout);
+          rows_out(sums + k * ld, g.Wout, kc, n, p0, rows);
         }
       }
     }

@@ -188,6 +188,69 @@ void run_conv_pass(const Exec& exec, const conv2d_problem& pb, Pass& pass) {
   exec.fence();
 }
 
+#if !TESSERA_DEVICE_PASS
+/// The implicit paths of the forward pass (host spaces), or false where none applies: the
+/// values stored are from_float<Py>(epi(alpha * sum + bias)). Pool2 false: into the NCHW view
+/// `out`, through any implicit path. Pool2 true: `out` is a consumer of output rows (as
+/// rows_into, conv/detail/plan.hpp) that pools 2 x 2 windows: only the direct forms, in bands of
+/// an even number of rows.
+template <class Py, bool Pool2, class Exec, class XV, class WV, class BV, class M, class Epi,
+          class Out>
+bool forward_implicit(const Exec& exec, const XV& x, const WV& w, const BV& bias,
+                      const conv2d_problem& pb, conv2d_workspace<M>& ws, float alpha,
+                      const Epi& epi, const Out& out) {
+  using px = typename XV::precision;
+  using pw = typename WV::precision;
+  constexpr bool has_bias = !std::is_same_v<BV, no_bias_t>;
+  // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
+  const index_t Kg = pb.Kg, ws0 = w.stride(0);
+  const auto wval = [=](const auto* wd, index_t gi, index_t kk, index_t j) {
+    return to_float(wd[(gi * Kg + j) * ws0 + kk]);
+  };
+  const auto store_value = [&](index_t k) {
+    float b = 0.f;
+    if constexpr (has_bias) b = to_float(bias(k));
+    return [b, e = epi](float v) { return from_float<Py>(e(v + b)); };
+  };
+  const auto rows = [&] {
+    if constexpr (Pool2) {
+      return out;
+    } else {
+      return rows_into_view(out);
+    }
+  };
+  // A short reduction (a first layer), stride 1, any precision: vectors along output rows.
+  if constexpr (implicit_narrow_capable_v<Exec>) {
+    if (!pb.pointwise() && pb.crs() < narrow_conv::max_reduction) {
+      const auto g = forward_geometry(pb, alpha);
+      const auto d = narrow_conv::layout_for(g, Pool2);
+      if (d.ok) {
+        run_narrow(exec, g, d, x, w, ws, wval, store_value, rows());
+        return true;
+      }
+    }
+  }
+  // fp32 operands: the fp32 implicit paths; operands exact in bf16: the bf16 pairs form of the
+  // direct path where the CPU and the layout allow, else im2col and the GEMM.
+  constexpr bool pairs = implicit_pairs_capable_v<Exec, px, pw>;
+  if constexpr (implicit_capable_v<Exec, px, pw> || pairs) {
+    const auto g = forward_geometry(pb, alpha);
+    if (!use_implicit(pb, pb.Kg, pb.crs())) return false;
+    if constexpr (Pool2) {
+      const auto d = implicit_conv::direct_layout_for(g, pairs, true);
+      if (!d.ok || (pairs && !implicit_conv::pairs_cpu())) return false;
+      run_direct_rows<pairs>(exec, g, d, x, w, ws, wval, store_value, out);
+      return true;
+    } else {
+      if (pairs && !implicit_conv::pairs_direct_for(g)) return false;
+      run_implicit<pairs>(exec, g, x, w, out, ws, wval, store_value);
+      return true;
+    }
+  }
+  return false;
+}
+#endif
+
 /// y = conv(x, w) (+ bias), then epi, rounded once to y's precision.
 template <class Exec, class XV, class WV, class BV, class YV, class M, class Epi>
 struct forward_pass {
@@ -223,39 +286,10 @@ struct forward_pass {
 
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
-    // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
-    const index_t Kg = pb.Kg, ws0 = w.stride(0);
-    const auto wval = [=](const auto* wd, index_t gi, index_t kk, index_t j) {
-      return to_float(wd[(gi * Kg + j) * ws0 + kk]);
-    };
-    const auto store_value = [&](index_t k) {
-      float b = 0.f;
-      if constexpr (has_bias) b = to_float(bias(k));
-      return [b, e = epi](float v) { return from_float<py>(e(v + b)); };
-    };
-    // A short reduction (a first layer), stride 1, any precision: vectors along output rows.
-    if constexpr (implicit_narrow_capable_v<Exec>) {
-      if (!pb.pointwise() && pb.crs() < narrow_conv::max_reduction) {
-        const auto g = forward_geometry(pb, alpha);
-        const auto d = narrow_conv::layout_for(g);
-        if (d.ok) {
-          run_narrow(exec, g, d, x, w, y, ws, wval, store_value);
-          return true;
-        }
-      }
-    }
-    // fp32 operands: the fp32 implicit paths; operands exact in bf16: the bf16 pairs form of
-    // the direct path where the CPU and the layout allow, else im2col and the GEMM.
-    constexpr bool pairs = implicit_pairs_capable_v<Exec, px, pw>;
-    if constexpr (implicit_capable_v<Exec, px, pw> || pairs) {
-      const auto g = forward_geometry(pb, alpha);
-      if (use_implicit(pb, pb.Kg, pb.crs()) && (!pairs || implicit_conv::pairs_direct_for(g))) {
-        run_implicit<pairs>(exec, g, x, w, y, ws, wval, store_value);
-        return true;
-      }
-    }
-#endif
+    return forward_implicit<py, false>(exec, x, w, bias, pb, ws, alpha, epi, y);
+#else
     return false;
+#endif
   }
 
   // Tiles of one image are matrices inside x and y; tiles of several images are gathered into

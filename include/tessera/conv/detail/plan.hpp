@@ -126,26 +126,49 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
           .alpha = alpha};
 }
 
-/// Runs an implicit convolution of `in` into `out` (both rank-4 NCHW views) with the weights
-/// w, wval(w data, group, kk, j) giving B(kk, j) of a group; store_value(k) returns the function
-/// that turns the fp32 value alpha * sum of output channel k into the stored one (bias,
-/// epilogue, rounding): a function per channel holds its bias by value, so that a run of one
+/// The rows consumer of the implicit paths that stores them into an NCHW view (rows of Wout
+/// contiguous): out[n, k, p0 + i, :] = f(alpha * sums[i * ld + :]), f = store_value(k) (bias,
+/// epilogue, rounding). A function per channel holds its bias by value, so that a run of one
 /// channel's outputs is a loop GCC vectorises (through store_value(k, v) it reloaded the bias
-/// per element, the output possibly aliasing it). Pairs: the bf16 pairs form of the direct path
-/// (the caller checked implicit_conv::pairs_direct_for(g); wval's values are exact in bf16).
-template <bool Pairs = false, class Exec, class IV, class WV, class OV, class M, class WVal,
-          class StoreValue>
-void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& in, const WV& w,
-                  const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
-                  const StoreValue& store_value) {
+/// per element, the output possibly aliasing it).
+template <class O>
+struct rows_into {
+  O* out;
+  index_t ns, cs, W;
+  template <class F>
+  void operator()(const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t rows,
+                  const F& f, float alpha) const {
+    O* dst = out + n * ns + k * cs + p0 * W;
+    if (ld == W) { // the rows are contiguous in both: one run
+      for (index_t i = 0; i < rows * W; ++i) dst[i] = f(alpha * sums[i]);
+      return;
+    }
+    for (index_t p = 0; p < rows; ++p)
+      for (index_t i = 0; i < W; ++i) dst[p * W + i] = f(alpha * sums[p * ld + i]);
+  }
+};
+
+template <class OV>
+rows_into<storage_t<typename OV::precision>> rows_into_view(const OV& out) {
+  return {out.data(), out.stride(0), out.stride(1), out.extent(3)};
+}
+
+/// Runs the direct form of an implicit convolution (d = implicit_conv::direct_layout_for(g,
+/// Pairs, ...), d.ok) of `in` with the weights w, wval(w data, group, kk, j) giving B(kk, j) of a
+/// group; `rows` (rows_into or another consumer of the same call) takes each channel's output
+/// rows of a band as f(alpha * sum), f = store_value(k): the function that turns the fp32 value
+/// of output channel k into the stored one (bias, epilogue, rounding). Pairs: the bf16 pairs
+/// form (the caller checked implicit_conv::pairs_direct_for(g); wval's values are exact in bf16).
+template <bool Pairs, class Exec, class IV, class WV, class M, class WVal, class StoreValue,
+          class Rows>
+void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
+                     const implicit_conv::direct_layout& d, const IV& in, const WV& w,
+                     conv2d_workspace<M>& ws, const WVal& wval, const StoreValue& store_value,
+                     const Rows& rows) {
   namespace ic = implicit_conv;
-  const ic::direct_layout d = ic::direct_layout_for(g, Pairs);
-  const auto parts =
-      static_cast<std::size_t>(d.ok ? ic::direct_parts(exec, g, d) : ic::parts_for(exec, g));
-  const std::size_t scratch =
-      d.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(d.steps(g))) +
-                 parts * d.part_floats(g) * 4
-           : parts * (ic::a_floats() + ic::c_floats(g)) * 4;
+  const auto parts = static_cast<std::size_t>(ic::direct_parts(exec, g, d));
+  const std::size_t scratch = round_up_64(sizeof(index_t) * static_cast<std::size_t>(d.steps(g))) +
+                              parts * d.part_floats(g) * 4;
   const std::size_t packed_words =
       Pairs ? static_cast<std::size_t>(g.G * d.steps(g) * g.npad()) : ic::packed_b_floats(g);
   const auto [b_mem, s_mem] = carve<2>(ws, {packed_words * 4, scratch});
@@ -159,15 +182,37 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
     ic::pack_weights(exec, g, reinterpret_cast<float*>(b_mem), wv);
   }
   exec.fence();
+  const float alpha = g.alpha;
+  ic::run_direct<Pairs>(
+      exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), b_mem, s_mem,
+      [&](const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count) {
+        rows(sums, ld, k, n, p0, count, store_value(k), alpha);
+      });
+  exec.fence();
+}
+
+/// Runs an implicit convolution of `in` into `out` (both rank-4 NCHW views): the direct form
+/// (run_direct_rows) where its layout applies, else (fp32) the packed form; wval and
+/// store_value as for run_direct_rows.
+template <bool Pairs = false, class Exec, class IV, class WV, class OV, class M, class WVal,
+          class StoreValue>
+void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& in, const WV& w,
+                  const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
+                  const StoreValue& store_value) {
+  namespace ic = implicit_conv;
+  const ic::direct_layout d = ic::direct_layout_for(g, Pairs);
   if (d.ok) {
-    const float alpha = g.alpha;
-    ic::run_direct<Pairs>(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), b_mem,
-                          out.data(), out.stride(0), out.stride(1), s_mem,
-                          [&](const float* sums, index_t k, auto* dst, index_t count) {
-                            const auto f = store_value(k);
-                            for (index_t i = 0; i < count; ++i) dst[i] = f(alpha * sums[i]);
-                          });
-  } else if constexpr (!Pairs) {
+    run_direct_rows<Pairs>(exec, g, d, in, w, ws, wval, store_value, rows_into_view(out));
+    return;
+  }
+  if constexpr (!Pairs) {
+    const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g));
+    const std::size_t scratch = parts * (ic::a_floats() + ic::c_floats(g)) * 4;
+    const auto [b_mem, s_mem] = carve<2>(ws, {ic::packed_b_floats(g) * 4, scratch});
+    const auto* wd = w.data();
+    ic::pack_weights(exec, g, reinterpret_cast<float*>(b_mem),
+                     [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
+    exec.fence();
     const index_t np = g.npad();
     ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2),
             reinterpret_cast<const float*>(b_mem), out.data(), out.stride(0), out.stride(1),
@@ -176,16 +221,16 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
               const auto f = store_value(k);
               for (index_t i = 0; i < count; ++i) dst[i] = f(g.alpha * sums[i * np]);
             });
+    exec.fence();
   }
-  exec.fence();
 }
 
-/// Runs a narrow convolution (conv/detail/narrow.hpp; d = narrow_conv::layout_for(g), d.ok) of
-/// `in` into `out` with the weights w; wval and store_value as for run_implicit.
-template <class Exec, class IV, class WV, class OV, class M, class WVal, class StoreValue>
+/// Runs a narrow convolution (conv/detail/narrow.hpp; d = narrow_conv::layout_for(g, ...),
+/// d.ok) of `in` with the weights w; wval, store_value and rows as for run_direct_rows.
+template <class Exec, class IV, class WV, class M, class WVal, class StoreValue, class Rows>
 void run_narrow(const Exec& exec, const implicit_conv::geometry& g, const narrow_conv::layout& d,
-                const IV& in, const WV& w, const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
-                const StoreValue& store_value) {
+                const IV& in, const WV& w, conv2d_workspace<M>& ws, const WVal& wval,
+                const StoreValue& store_value, const Rows& rows) {
   namespace nc = narrow_conv;
   const auto parts = static_cast<std::size_t>(nc::parts_for(exec, g, d));
   const std::size_t scratch = round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
@@ -196,11 +241,9 @@ void run_narrow(const Exec& exec, const implicit_conv::geometry& g, const narrow
   nc::pack(exec, g, d, pw, [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
   exec.fence();
   const float alpha = g.alpha;
-  nc::run(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), pw, out.data(),
-          out.stride(0), out.stride(1), s_mem,
-          [&](const float* sums, index_t k, auto* dst, index_t count) {
-            const auto f = store_value(k);
-            for (index_t i = 0; i < count; ++i) dst[i] = f(alpha * sums[i]);
+  nc::run(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), pw, s_mem,
+          [&](const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count) {
+            rows(sums, ld, k, n, p0, count, store_value(k), alpha);
           });
   exec.fence();
 }

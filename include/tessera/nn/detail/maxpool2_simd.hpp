@@ -183,4 +183,85 @@ inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index
 
 #endif // TESSERA_MAXPOOL2_SIMD
 
+/// One output row from the input row pair r0, r0 + W (Q windows) without SIMD: the loops of
+/// nn::MaxPool2d's portable forward for K = 2 (candidates in the order (0,0), (0,1), (1,0),
+/// (1,1); the first maximum wins; a NaN is taken and then kept).
+template <class P>
+inline void forward_pair(const storage_t<P>* r0, index_t W, index_t Q, storage_t<P>* out,
+                         std::uint8_t* arg) noexcept {
+  for (index_t q = 0; q < Q; ++q) {
+    float best = to_float(r0[2 * q]);
+    int at = 0;
+    for (int k = 1; k < 4; ++k) {
+      const float v = to_float(r0[(k / 2) * W + 2 * q + k % 2]);
+      const bool take = v > best || (v != v && best == best);
+      best = take ? v : best;
+      at = take ? k : at;
+    }
+    out[q] = from_float<P>(best);
+    arg[q] = static_cast<std::uint8_t>(at);
+  }
+}
+
+/// The widest convolution output row conv_rows pools.
+inline constexpr index_t max_fused_width = 1024;
+
+/// nn::MaxPool2d<2> in a convolution's store (nn::Conv2d::forward_pooled): a consumer of output
+/// rows for tessera::detail::conv2d_forward_rows. Channel k of image n, rows p0 .. p0 + count - 1
+/// (p0 even) arrive as fp32 sums (ld apart) with the function f that gives their stored values
+/// (bias, ReLU, rounding to P); runs of row pairs are rounded into a stack buffer, as the
+/// convolution would have stored them (one loop over the run, garbage columns between rows
+/// included: few short loops with scalar tails), and pooled there four output rows at a time: y
+/// (B, C, H/2, W/2) and the positions arg, the same bits as MaxPool2d's forward over the stored
+/// output. A last unpaired row (odd H) is dropped, as the pooling drops it. W <=
+/// max_fused_width.
+template <class P>
+struct conv_rows {
+  storage_t<P>* y;
+  std::uint8_t* arg;
+  index_t C, W, P2, Q; ///< channels, the convolution's output width, the pooled height and width
+
+  static constexpr index_t stage_n = 4 * max_fused_width;
+
+  template <class F>
+  void operator()(const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count,
+                  const F& f, float alpha) const {
+    storage_t<P> stage[stage_n];
+    const index_t q2 = Q, pairs = count / 2;
+    // Row pairs per run: the stage holds 2 * per rows of ld (of W when ld is wider than half
+    // the stage: then row by row).
+    const bool whole = 2 * ld <= stage_n;
+    const index_t sld = whole ? ld : W, per = whole ? stage_n / (2 * ld) : 1;
+    storage_t<P>* out = y + ((n * C + k) * P2 + p0 / 2) * q2;
+    std::uint8_t* at = arg + ((n * C + k) * P2 + p0 / 2) * q2;
+    for (index_t i0 = 0; i0 < pairs; i0 += per) {
+      const index_t m = pairs - i0 < per ? pairs - i0 : per;
+      const float* src = sums + 2 * i0 * ld;
+      if (whole) {
+        const index_t e_n = (2 * m - 1) * ld + 2 * q2; // to the last row's last pooled column
+        for (index_t e = 0; e < e_n; ++e) stage[e] = f(alpha * src[e]);
+      } else {
+        for (index_t r = 0; r < 2; ++r)
+          for (index_t e = 0; e < 2 * q2; ++e) stage[r * sld + e] = f(alpha * src[r * ld + e]);
+      }
+      index_t i = 0;
+#if TESSERA_MAXPOOL2_SIMD
+      if constexpr (simd_v<P>) {
+        for (; i + 4 <= m; i += 4) {
+          const storage_t<P>* r0s[4] = {stage + 2 * i * sld, stage + 2 * (i + 1) * sld,
+                                        stage + 2 * (i + 2) * sld, stage + 2 * (i + 3) * sld};
+          forward_rows<P, 4>(r0s, sld, q2, out + (i0 + i) * q2, at + (i0 + i) * q2);
+        }
+        for (; i < m; ++i) {
+          const storage_t<P>* r0s[1] = {stage + 2 * i * sld};
+          forward_rows<P, 1>(r0s, sld, q2, out + (i0 + i) * q2, at + (i0 + i) * q2);
+        }
+      }
+#endif
+      for (; i < m; ++i)
+        forward_pair<P>(stage + 2 * i * sld, sld, q2, out + (i0 + i) * q2, at + (i0 + i) * q2);
+    }
+  }
+};
+
 } // namespace tessera::nn::detail::maxpool2
