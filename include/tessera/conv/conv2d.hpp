@@ -172,6 +172,7 @@ bool conv2d_forward_rows(const Exec& exec, const X& x_in, const Wt& w_in, const 
                          const Prm& params, conv2d_workspace<M>& ws, const Epi& epi,
                          const Rows& rows) {
 #if TESSERA_DEVICE_PASS
+  (void)exec, (void)x_in, (void)w_in, (void)bias_in, (void)params, (void)ws, (void)epi, (void)rows;
   return false;
 #else
   if constexpr (!is_host_exec_v<Exec>) {

@@ -193,12 +193,14 @@ public:
     const auto oe = output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]});
     out_ = {x.extent(0), OutC, pq[0], pq[1]};
     in_ = {x.extent(0), InC, x.extent(2), x.extent(3)};
-    if (Pool::accepts_fused(oe)) {
-      auto [y, rows] = pool.template fused_target<activation_precision>(oe);
-      if (tessera::detail::conv2d_forward_rows<activation_precision>(
-              exec, x_.conv_input(), w_.conv_input(), bias_.value, params, ws_, epi, rows)) {
-        pool.fused_done(y, oe);
-        return y;
+    if constexpr (tessera::detail::is_host_exec_v<Exec>) {
+      if (Pool::accepts_fused(oe)) {
+        auto [y, rows] = pool.template fused_target<activation_precision>(oe);
+        if (tessera::detail::conv2d_forward_rows<activation_precision>(
+                exec, x_.conv_input(), w_.conv_input(), bias_.value, params, ws_, epi, rows)) {
+          pool.fused_done(y, oe);
+          return y;
+        }
       }
     }
     auto y = y_.get(oe);
