@@ -125,19 +125,8 @@ public:
   Tensor<activation_precision, output_extents<E>, layout_right, M>
   forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x, const R& reduce = {},
           const Epi& epi = {}) {
-    static_assert(accepts<E>, "tessera::nn::Conv2d::forward: x must be (B, InC, H, W) with the "
-                              "dilated kernel fitting the padded image.");
-    const char* op = "tessera::nn::Conv2d::forward";
-    if (x.extent(1) != InC)
-      throw shape_error(std::string(op) + ": x has shape " + shape_string(x.extents()) +
-                        "; it must have " + std::to_string(InC) + " channels (dimension 1)");
-    const auto pq = params.output_hw_for(op, x.extent(2), x.extent(3), Kernel, Kernel);
-    const auto xd = Tensor<XP, dextents<4>, layout_right, M>(
-        x.kokkos_view(), dextents<4>::from_all(x.extents().to_array()));
-    w_ = w_cast_(exec, weight_.value);
-    x_ = x_cast_(exec, xd);
-    auto y = y_.get(output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]}));
-    out_ = {x.extent(0), OutC, pq[0], pq[1]};
+    const auto oe = begin_forward(exec, x);
+    auto y = y_.get(oe);
     if constexpr (!detail::reduces<R>) {
       conv2d_forward(exec, x_.conv_input(), w_.conv_input(), bias_.value, y, params, ws_, epi);
     } else {
@@ -155,7 +144,7 @@ public:
       const float* a = sums.data();
       const float* b = bias_.value.data();
       auto* o = y.data();
-      const index_t PQ = pq[0] * pq[1];
+      const index_t PQ = oe.extent(2) * oe.extent(3);
       Kokkos::parallel_for(
           "tessera::nn::Conv2d::forward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, out_[0] * OutC),
           KOKKOS_LAMBDA(const index_t r) {
@@ -179,19 +168,7 @@ public:
   template <class Exec, class XP, class E, class Epi, class Pool, class Full>
   auto forward_pooled(const Exec& exec, const Tensor<XP, E, layout_right, M>& x, const Epi& epi,
                       Pool& pool, const Full& full) {
-    static_assert(accepts<E>, "tessera::nn::Conv2d::forward: x must be (B, InC, H, W) with the "
-                              "dilated kernel fitting the padded image.");
-    const char* op = "tessera::nn::Conv2d::forward";
-    if (x.extent(1) != InC)
-      throw shape_error(std::string(op) + ": x has shape " + shape_string(x.extents()) +
-                        "; it must have " + std::to_string(InC) + " channels (dimension 1)");
-    const auto pq = params.output_hw_for(op, x.extent(2), x.extent(3), Kernel, Kernel);
-    const auto xd = Tensor<XP, dextents<4>, layout_right, M>(
-        x.kokkos_view(), dextents<4>::from_all(x.extents().to_array()));
-    w_ = w_cast_(exec, weight_.value);
-    x_ = x_cast_(exec, xd);
-    const auto oe = output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]});
-    out_ = {x.extent(0), OutC, pq[0], pq[1]};
+    const auto oe = begin_forward(exec, x);
     in_ = {x.extent(0), InC, x.extent(2), x.extent(3)};
     if constexpr (tessera::detail::is_host_exec_v<Exec>) {
       if (Pool::accepts_fused(oe)) {
@@ -274,6 +251,25 @@ public:
   }
 
 private:
+  /// A forward's checks and casts: x's channels, the output's extents (returned, kept for
+  /// backward), the compute copies of the weight and of x.
+  template <class Exec, class XP, class E>
+  output_extents<E> begin_forward(const Exec& exec, const Tensor<XP, E, layout_right, M>& x) {
+    static_assert(accepts<E>, "tessera::nn::Conv2d::forward: x must be (B, InC, H, W) with the "
+                              "dilated kernel fitting the padded image.");
+    const char* op = "tessera::nn::Conv2d::forward";
+    if (x.extent(1) != InC)
+      throw shape_error(std::string(op) + ": x has shape " + shape_string(x.extents()) +
+                        "; it must have " + std::to_string(InC) + " channels (dimension 1)");
+    const auto pq = params.output_hw_for(op, x.extent(2), x.extent(3), Kernel, Kernel);
+    const auto xd = Tensor<XP, dextents<4>, layout_right, M>(
+        x.kokkos_view(), dextents<4>::from_all(x.extents().to_array()));
+    w_ = w_cast_(exec, weight_.value);
+    x_ = x_cast_(exec, xd);
+    out_ = {x.extent(0), OutC, pq[0], pq[1]};
+    return output_extents<E>::from_all({x.extent(0), OutC, pq[0], pq[1]});
+  }
+
   using op_p = typename detail::operand_precision<Prec, false>::type;
   parameter<weight_extents> weight_;
   parameter<bias_extents> bias_;
