@@ -228,9 +228,19 @@ void cnn_case() {
   // Conv2d: output + input operand (the input itself when referenced); ReLU after a Conv2d:
   // nothing (Sequential fuses it into the convolution's store; ReLU reads that output);
   // MaxPool2d: output + one byte per output (the maximum's position); Flatten: nothing;
-  // Linear: output, scratch, input operand.
+  // Linear: output, scratch, input operand. The second convolution (4 -> 8 channels, a
+  // reduction of 36: the narrow path, at least 8 output channels) pools in its store on a host
+  // space with the SIMD kernels (Conv2d::forward_pooled): its full-resolution output is never
+  // kept; the first (4 output channels) keeps it.
+#if TESSERA_DEVICE_PASS
+  constexpr bool pooled2 = false;
+#else
+  constexpr bool pooled2 = tessera::detail::is_host_exec_v<Kokkos::DefaultExecutionSpace> &&
+                           tessera::detail::hostgemm::have_simd;
+#endif
   const std::size_t want_u = x * (S::ref ? a : o) + c1 * a + p1 * a + p1 + (S::ref ? 0 : p1 * o) +
-                             c2 * a + p2 * a + p2 + (S::ref ? 0 : p2 * o) + out * (a + sc);
+                             (pooled2 ? 0 : c2 * a) + p2 * a + p2 + (S::ref ? 0 : p2 * o) +
+                             out * (a + sc);
   // Wrapped: kept x and first segment output, the second segment's output (referenced by the
   // Linear through Flatten) or the Linear's copy of it, the Linear's output and scratch.
   const std::size_t want_w = x * a + p1 * a + p2 * (S::ref ? a : o) + out * (a + sc);

@@ -24,6 +24,7 @@
 /// Averaging assumes every rank's loss is the mean over an equal share of the global batch:
 /// the average of the ranks' gradients is then the gradient of the global-batch mean.
 
+#include <tessera/nn/activation.hpp>
 #include <tessera/nn/parameter.hpp>
 #include <tessera/parallel/communicator.hpp>
 
@@ -378,14 +379,42 @@ constexpr bool parameters_before(std::index_sequence<J...>) {
               std::remove_cvref_t<decltype(std::declval<Model&>().template layer<J>())>>() ||
           ... || false);
 }
+/// True when layer I - 1 is an nn::ReLU and layer I has backward_after_relu (nn::MaxPool2d):
+/// nn::Sequential's backward then runs both as one pass (Sequential::pools_after_relu), and so
+/// must a walk over its layers: its forward may have pooled in the convolution's store, leaving
+/// the ReLU no output of its own to take a backward from.
+template <class Model, std::size_t I, class Exec, class DY>
+constexpr bool pools_after_relu() {
+  if constexpr (I == 0) {
+    return false;
+  } else {
+    using Before = std::remove_cvref_t<decltype(std::declval<Model&>().template layer<I - 1>())>;
+    using L = std::remove_cvref_t<decltype(std::declval<Model&>().template layer<I>())>;
+    if constexpr (!std::is_same_v<Before, nn::ReLU>) {
+      return false;
+    } else {
+      return requires(L & l, const Exec& e, const DY& dy) {
+        l.backward_after_relu(e, dy, true);
+      };
+    }
+  }
+}
 template <std::size_t I, class Exec, class Model, class DY, class Buckets>
 void backward_marking(const Exec& exec, Model& model, const DY& dy, Buckets& buckets) {
   constexpr bool before = parameters_before<Model>(std::make_index_sequence<I>{});
+  constexpr bool pair = pools_after_relu<Model, I, Exec, DY>(); // layers I - 1 and I at once
   auto& layer = model.template layer<I>();
-  auto dx = layer.backward(exec, dy, before);
+  auto dx = [&] {
+    if constexpr (pair) {
+      return layer.backward_after_relu(exec, dy, before);
+    } else {
+      return layer.backward(exec, dy, before);
+    }
+  }();
   boost::hana::for_each(layer.parameters(), [&](const auto& p) { buckets.mark_ready(exec, p); });
-  if constexpr (I > 0) {
-    if constexpr (before) backward_marking<I - 1>(exec, model, dx, buckets);
+  constexpr std::size_t next = pair ? 2 : 1; // a ReLU has no parameters to mark
+  if constexpr (I >= next) {
+    if constexpr (before) backward_marking<I - next>(exec, model, dx, buckets);
   }
 }
 } // namespace detail
