@@ -162,6 +162,7 @@ inline detail::conv2d_problem problem_of(const conv_shape& s) {
 struct direct_layer {
   conv_shape s;
   bool fwd_direct, data_direct, weight_direct;
+  bool weight_lanes = false; ///< backward-weight with output channels along the lanes (fp32)
 };
 
 /// Layers chosen to hit each form of the direct paths (conv/detail/implicit.hpp).
@@ -181,13 +182,13 @@ inline std::vector<direct_layer> direct_layers() {
 #endif
   return {
       // FashionCNN's second layer: 14 output columns, one panel a row.
-      {shape(5, 32, 64, 14, 14, 3, 3, pad1), true, true, avx512},
+      {shape(5, 32, 64, 14, 14, 3, 3, pad1), true, true, avx512, avx512},
       // 28 columns, several bands (8 rows each, the last 6), 40 channels (a partial panel).
       {shape(2, 24, 40, 30, 28, 3, 3, pad1), true, true, avx512},
       // Reduction 64 * 9 = 576: two KC slices of the packed weights.
-      {shape(4, 64, 48, 14, 14, 3, 3, pad1), true, true, avx512},
+      {shape(4, 64, 48, 14, 14, 3, 3, pad1), true, true, avx512, avx512},
       // 10 columns: linear slots (12 a row: 2 garbage slots per row).
-      {shape(6, 20, 32, 10, 10, 3, 3, pad1), true, true, avx512},
+      {shape(6, 20, 32, 10, 10, 3, 3, pad1), true, true, avx512, avx512},
       // Dilation 2 (pad 2): 14 columns.
       {shape(3, 16, 32, 14, 14, 3, 3,
              {.pad_top = 2,
@@ -200,11 +201,11 @@ inline std::vector<direct_layer> direct_layers() {
       // Padding 3 > R - 1: backward-data's geometry has padding -1 (a crop).
       {shape(4, 16, 32, 10, 10, 3, 3,
              {.pad_top = 3, .pad_bottom = 3, .pad_left = 3, .pad_right = 3}),
-       true, true, avx512},
+       true, true, avx512, avx512},
       // Two groups of 24 -> 32 channels.
       {shape(4, 48, 64, 14, 14, 3, 3,
              {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
-       true, true, avx512},
+       true, true, avx512, avx512},
       // A 7 x 7 stride-2 stem on 3 channels: 14 output columns read 2 apart; backward-data and
       // backward-weight (stride 2) take the packing paths.
       {shape(2, 3, 32, 28, 28, 7, 7,
@@ -232,9 +233,15 @@ inline std::vector<direct_layer> direct_layers() {
       {shape(7, 32, 24, 9, 11, 3, 1, {.pad_top = 1, .pad_bottom = 1}), true, true, avx512},
       // Many small images (5 x 5): blocks of several images per unit.
       {shape(23, 16, 36, 5, 5, 3, 3, pad1), false, false, avx512},
-      // Backward-weight's dot products need 48 vector steps per register block: two images
-      // of 14 x 14 (28) take run_weight's gathers and transposes.
-      {shape(2, 32, 32, 14, 14, 3, 3, pad1), true, true, false},
+      // Backward-weight's dot products along rows need 48 vector steps per register block
+      // (two images of 14 x 14: 28): with 32 output channels the lanes hold channels instead.
+      {shape(2, 32, 32, 14, 14, 3, 3, pad1), true, true, avx512, avx512},
+      // Channels along the lanes: 16 output channels (one vector, blocks of 4 runs of taps: 15
+      // runs, the last block 3), 80 (blocks of 4 vectors and of 1; 21 runs), and 40 x 40
+      // images of 48 channels (two bands of 20 rows in L2).
+      {shape(3, 5, 16, 11, 13, 3, 3, pad1), false, false, avx512, avx512},
+      {shape(2, 7, 80, 9, 12, 3, 3, pad1), false, false, avx512, avx512},
+      {shape(1, 48, 32, 40, 40, 3, 3, pad1), true, true, avx512, avx512},
   };
 }
 #endif

@@ -69,8 +69,11 @@ TEST_CASE("conv2d fp32 direct implicit paths: padded bands, per-row and linear s
                ic::direct_layout_for(detail::backward_data_geometry(pb, 1.f)).ok) == l.data_direct);
       }
     }
-    for (const index_t threads : {1, 2, 3})
-      CHECK(ic::weight_direct_layout_for(fg, threads).ok == l.weight_direct);
+    for (const index_t threads : {1, 2, 3}) {
+      const auto wl = ic::weight_direct_layout_for(fg, threads);
+      CHECK(wl.ok == l.weight_direct);
+      CHECK(wl.klanes == l.weight_lanes);
+    }
     check_all_passes<fp32, fp32, fp32>(Kokkos::DefaultExecutionSpace{}, l.s, 9500 + i, budgets[0]);
     if (i % 3 == 0) // a bf16 output: the store's rounding on contiguous rows
       check_all_passes<fp32, fp32, bf16>(Kokkos::DefaultExecutionSpace{}, l.s, 9600 + i,

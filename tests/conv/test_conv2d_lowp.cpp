@@ -105,13 +105,14 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
   layers.push_back({shape(2, 120, 33, 10, 10, pad1), true, true, false});
   // Backward-weight's bf16 dot products (32 columns a vector) need a reduction of 32 and 48
   // vector steps per register block before the threads split the images: of the shared layers
-  // only 2 images of 30 x 30 padded columns (28 steps each) have them; 16 images of 14 x 14
+  // only 2 images of 30 x 30 padded columns (28 steps each) and the image of 40 x 40 (42
+  // columns, 20-row bands) have them; 16 images of 14 x 14
   // (7 steps each, blocks of 14 images) do; a first layer (reduction 9: widened to fp32) not.
   const std::size_t shared = layers.size();
   layers.push_back({shape(16, 32, 64, 14, 14, pad1), true, true, true});
   layers.push_back({shape(16, 1, 32, 14, 14, pad1), false, false, false});
   const auto weight_pairs = [&](std::size_t li) {
-    return li < shared ? li == 1 : layers[li].weight_direct;
+    return li < shared ? li == 1 || layers[li].s.H == 40 : layers[li].weight_direct;
   };
   int i = 0;
   for (const direct_layer& l : layers) {

@@ -863,6 +863,11 @@ struct weight_direct_layout {
   index_t Wp = 0, BR = 0, BH = 0, bands = 0; ///< band row length, output rows, input rows
   index_t NB = 0, nblk = 0;                  ///< images per unit (at most), blocks of images
   bool padded_dy = false; ///< dy is copied onto the band's grid (zero columns past Wout)
+  /// Output channels along the lanes (fp32, 3-wide kernels of dilation 1: weight_lanes): dy is
+  /// transposed, in blocks of 64 channels, to pixels x 64 (the last block pixels x its
+  /// channels); kp = cout, a multiple of 16; the sums are kred x kp.
+  bool klanes = false;
+  index_t kp = 0;
   index_t lanes() const noexcept { return pairs ? 32 : 16; }
   index_t units(const geometry& g) const noexcept { return g.G * nblk * bands; }
   /// A band in elements, with slack for the last row's reads past its end (zeros), rounded up
@@ -871,10 +876,16 @@ struct weight_direct_layout {
     const index_t L = lanes();
     return static_cast<std::size_t>(g.cin * BH * Wp + (g.S - 1) * g.dw + L + L - 1) / L * L;
   }
-  /// dy of one image on the band's grid (cout x BR x Wp elements), or 0.
+  /// dy of one image on the band's grid (cout x BR x Wp elements), transposed (kp x BR x Wout
+  /// floats, klanes), or 0.
   std::size_t dyp_stride(const geometry& g) const noexcept {
     const index_t L = lanes();
+    if (klanes) return static_cast<std::size_t>(BR * g.Wout * kp);
     return padded_dy ? static_cast<std::size_t>(g.cout * BR * Wp + L - 1) / L * L : 0;
+  }
+  /// dW sums of a thread: G x cout x kred floats, or G x kred x kp (klanes).
+  std::size_t sums_floats(const geometry& g) const noexcept {
+    return static_cast<std::size_t>(g.G * g.kred() * (klanes ? kp : g.cout));
   }
   /// Bytes of the elements of a thread: NB bands and padded dy (a multiple of 64).
   std::size_t element_bytes(const geometry& g) const noexcept {
@@ -882,7 +893,7 @@ struct weight_direct_layout {
   }
   /// Per thread: the elements, then the dW sums (G x cout x kred floats).
   std::size_t part_bytes(const geometry& g) const noexcept {
-    return element_bytes(g) + static_cast<std::size_t>(g.G * g.cout * g.kred()) * 4;
+    return element_bytes(g) + sums_floats(g) * 4;
   }
 };
 
@@ -898,15 +909,42 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   return d; // the dot products are written in AVX-512
 #endif
   if (g.sh != 1 || g.sw != 1 || g.Hout < 1 || g.Wout < 1 || g.N < 1) return d;
+  // Bands of NB images stay in L2 (512 KiB: half of Zen 4/5's L2, a quarter of Sapphire
+  // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
+  const index_t budget = (index_t(512) << 10) / (pairs ? 2 : 4); // elements
+  if (!pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0 && g.kred() >= 32) {
+    // Output channels along the lanes (weight_lanes): a unit's band and transposed dy stay in
+    // L2 together; its pixels are the reduction, each register block's sums kept in registers
+    // over all of them (256 pixels or more per unit where the images allow). Not for a
+    // reduction under 32 (a first layer, 1 x 3 x 3): there the transposed copy of dy costs as
+    // much as the products, and the rows run on dy itself (measured, Zen 5, 1 -> 32 channels
+    // at 28 x 28: 1.17x at 1 thread but 0.90x at 2, where both read dy at the memory's rate).
+    d.klanes = true;
+    d.kp = g.cout;
+    d.Wp = g.Wout + 2;
+    const auto image = [&](index_t br) {
+      return g.cin * (br + (g.R - 1) * g.dh) * d.Wp + br * g.Wout * d.kp;
+    };
+    d.BR = g.Hout;
+    while (d.BR > 1 && image(d.BR) > budget) d.BR = (d.BR + 1) / 2;
+    d.bands = (g.Hout + d.BR - 1) / d.BR;
+    d.BR = (g.Hout + d.bands - 1) / d.bands;
+    d.BH = d.BR + (g.R - 1) * g.dh;
+    const index_t fit = std::max<index_t>(1, budget / image(d.BR));
+    d.NB = std::clamp<index_t>((256 + d.BR * g.Wout - 1) / (d.BR * g.Wout), 1, std::min(fit, g.N));
+    d.nblk = (g.N + d.NB - 1) / d.NB;
+    if (d.bands * g.G % threads != 0) // blocks of images: a multiple of the threads, N allowing
+      d.nblk = std::min(g.N, (d.nblk + threads - 1) / threads * threads);
+    d.NB = (g.N + d.nblk - 1) / d.nblk;
+    d.ok = true;
+    return d;
+  }
   if (pairs && g.kred() < 32) return d;
   d.Wp = g.Wout + (g.S - 1) * g.dw;
   // dy is copied onto the band's grid only when the copy (cout x pixels) is small beside the
   // products (cout x pixels x kred): with a reduction under 32 (a first layer, 1 x 3 x 3) the
   // rows run one by one on dy itself, their tails masked.
   d.padded_dy = pairs || (d.Wp > g.Wout && g.kred() >= 32);
-  // Bands of NB images stay in L2 (512 KiB: half of Zen 4/5's L2, a quarter of Sapphire
-  // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
-  const index_t budget = (index_t(512) << 10) / (pairs ? 2 : 4); // elements
   const auto band = [&](index_t br) { return g.cin * (br + (g.R - 1) * g.dh) * d.Wp; };
   d.BR = g.Hout;
   while (d.BR > 1 && band(d.BR) > budget) d.BR = (d.BR + 1) / 2;
@@ -1167,6 +1205,97 @@ void fill_band_bf16(const geometry& g, const direct_layout& d, const T* in, inde
     for (index_t t = 0; t < wTB; ++t) out[i * wTB + t] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
+/// Backward-weight with output channels along the lanes (weight_direct_layout::klanes):
+/// out[t * ldo + 16 v + l] += sum over images b < nb, rows p < rows and columns q < wout of
+/// dyt[b * dyt_is + (p * wout + q) * 16 KV + 16 v + l] * x[t / 3][b * x_is + p * Wp + q + t % 3]
+/// for the 3 NR taps t (NR runs of three adjacent taps: a 3-wide kernel, dilation 1) and the
+/// KV vectors v of channels. Each pixel: KV loads of dy, 3 NR broadcasts of x, 3 NR KV FMAs into
+/// accumulators that stay in registers over all of the unit's pixels, then one add to out: no
+/// horizontal sums and no padded columns (only true pixels are visited; the band's zero
+/// padding is the convolution's own). KV * 3 NR <= 24.
+template <int KV, int NR>
+[[gnu::noinline]] inline void weight_lanes(const float* dyt, index_t dyt_is, const float* const* x,
+                                           index_t x_is, index_t Wp, index_t nb, index_t rows,
+                                           index_t wout, float* out, index_t ldo) {
+  static_assert(KV * 3 * NR <= 24, "weight_lanes keeps its sums in 24 registers or fewer");
+  __m512 acc[3 * NR][KV];
+#pragma GCC unroll 12
+  for (int t = 0; t < 3 * NR; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < KV; ++v) acc[t][v] = _mm512_setzero_ps();
+  for (index_t b = 0; b < nb; ++b)
+    for (index_t p = 0; p < rows; ++p) {
+      const float* d = dyt + b * dyt_is + p * wout * 16 * KV;
+      const float* xr[NR];
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) xr[r] = x[r] + b * x_is + p * Wp;
+      for (index_t q = 0; q < wout; ++q, d += 16 * KV) {
+        __m512 dv[KV];
+#pragma GCC unroll 4
+        for (int v = 0; v < KV; ++v) {
+          dv[v] = _mm512_loadu_ps(d + 16 * v);
+          asm("" : "+v"(dv[v])); // one load, 3 NR products (else folded into each FMA)
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+          // An opaque pointer: else GCC's predictive commoning carries the broadcasts shared
+          // with the next pixel in registers (two pixels an iteration, accumulators spilled).
+          const float* xq = xr[r] + q;
+          asm("" : "+r"(xq));
+#pragma GCC unroll 3
+          for (int s = 0; s < 3; ++s) {
+            __m512 xv = _mm512_set1_ps(xq[s]);
+            if constexpr (KV > 1) asm("" : "+v"(xv)); // one broadcast, KV products
+#pragma GCC unroll 4
+            for (int v = 0; v < KV; ++v)
+              acc[3 * r + s][v] = _mm512_fmadd_ps(dv[v], xv, acc[3 * r + s][v]);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 12
+  for (int t = 0; t < 3 * NR; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < KV; ++v) {
+      float* o = out + t * ldo + 16 * v;
+      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t][v]));
+    }
+}
+
+/// weight_lanes for kv vectors of channels (1..4) and nr runs (1..4 for kv <= 2, else 1..2).
+inline void weight_lanes_block(int kv, int nr, const float* dyt, index_t dyt_is,
+                               const float* const* x, index_t x_is, index_t Wp, index_t nb,
+                               index_t rows, index_t wout, float* out, index_t ldo) {
+  switch (kv * 8 + nr) {
+  case 8 + 1:
+    return weight_lanes<1, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 8 + 2:
+    return weight_lanes<1, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 8 + 3:
+    return weight_lanes<1, 3>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 8 + 4:
+    return weight_lanes<1, 4>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 16 + 1:
+    return weight_lanes<2, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 16 + 2:
+    return weight_lanes<2, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 16 + 3:
+    return weight_lanes<2, 3>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 16 + 4:
+    return weight_lanes<2, 4>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 24 + 1:
+    return weight_lanes<3, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 24 + 2:
+    return weight_lanes<3, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 32 + 1:
+    return weight_lanes<4, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  case 32 + 2:
+    return weight_lanes<4, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
+  default:
+    break;
+  }
+}
+
 /// Backward-weight through dot products (d.ok): x (in) and dy as for run_weight; store(k, kk,
 /// v) for every output channel and tap with v = alpha * sum. d.pairs: x and dy of precisions
 /// exact in bf16, run as bf16 (weight_block_pairs), else fp32. scratch: g.kred() offsets
@@ -1192,7 +1321,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
     E* bands = reinterpret_cast<E*>(mine);                         // NB x band_stride
     E* dyp = bands + static_cast<std::size_t>(d.NB) * band_stride; // NB x dyp_stride
     auto* sums = reinterpret_cast<float*>(mine + elems);           // G x cout x kred
-    std::memset(sums, 0, sizeof(float) * static_cast<std::size_t>(g.G * cout * kred));
+    std::memset(sums, 0, sizeof(float) * d.sums_floats(g));
     const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     for (index_t u = u0; u < u1; ++u) {
       const index_t gi = u / (d.nblk * d.bands), blk = u / d.bands % d.nblk;
@@ -1209,6 +1338,18 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
           fill_band(bg, fl, img, in_cs, in_hs, p0 - g.pt, band);
         }
         std::memset(band + band_n, 0, sizeof(E) * (band_stride - band_n));
+        if constexpr (!pairs) {
+          if (d.klanes) { // dy as blocks of pixels x 64 channels, 16 channels at a time
+            const float* src[16];
+            float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
+            for (index_t k0 = 0; k0 < cout; k0 += 16) {
+              for (index_t i = 0; i < 16; ++i) src[i] = dyimg + b * dy_ns + (k0 + i) * dy_cs;
+              const index_t blk = k0 / 64, kv = std::min<index_t>(64, d.kp - 64 * blk);
+              transpose16(src, rows * g.Wout, dt + blk * 64 * d.BR * g.Wout + k0 % 64, kv);
+            }
+            continue;
+          }
+        }
         if (!d.padded_dy) continue;
         // dy on the band's grid: Wp - Wout zero columns after each row.
         E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
@@ -1224,6 +1365,26 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = E(0);
           }
         finite = finite && all_finite(band, band_n);
+      }
+      if constexpr (!pairs) {
+        if (d.klanes) { // blocks of up to 4 channel vectors x 2 runs (or 2 x 4, 1 x 4)
+          float* sg = sums + gi * kred * d.kp;
+          const index_t kvs = d.kp / 16, runs = kred / 3;
+          const float* xr[4];
+          for (index_t v0 = 0; v0 < kvs; v0 += 4) {
+            const int kv = static_cast<int>(std::min<index_t>(4, kvs - v0));
+            const index_t maxr = kv > 2 ? 2 : 4;
+            for (index_t r0 = 0; r0 < runs; r0 += maxr) {
+              const int nr = static_cast<int>(std::min(maxr, runs - r0));
+              for (int r = 0; r < nr; ++r) xr[r] = bands + off[(r0 + r) * 3];
+              weight_lanes_block(kv, nr, dyp + v0 * 16 * d.BR * g.Wout,
+                                 static_cast<index_t>(dyp_stride), xr,
+                                 static_cast<index_t>(band_stride), d.Wp, nb, rows, g.Wout,
+                                 sg + r0 * 3 * d.kp + v0 * 16, d.kp);
+            }
+          }
+          continue;
+        }
       }
       // Linear runs over whole bands: dy itself (Wp == Wout) or dy on the grid, whose zero
       // columns meet the band's columns past the output row (finite, so the products are 0).
@@ -1283,14 +1444,17 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
   }
   // dw[k, kk] = alpha * (sum over threads, in order, of their sums).
   const float alpha = g.alpha;
+  // klanes: the sums of group gi, tap kk, channel k at (gi kred + kk) kp + k.
+  const index_t kp = d.klanes ? d.kp : 0;
   Kokkos::parallel_for("tessera::conv2d_backward_weight[implicit direct sum]",
                        Kokkos::RangePolicy<Exec>(exec, 0, g.G * cout), [=](const index_t row) {
+                         const index_t gi = row / cout, k = row % cout;
                          for (index_t kk = 0; kk < kred; ++kk) {
+                           const index_t at = kp ? (gi * kred + kk) * kp + k : row * kred + kk;
                            float v = 0.f;
                            for (int p = 0; p < parts; ++p)
                              v += reinterpret_cast<const float*>(
-                                 base + per_part * static_cast<std::size_t>(p) +
-                                 elems)[row * kred + kk];
+                                 base + per_part * static_cast<std::size_t>(p) + elems)[at];
                            store(row, kk, alpha * v);
                          }
                        });
