@@ -144,10 +144,42 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
 #endif
 
 #if !TESSERA_DEVICE_PASS
+TEST_CASE("conv2d_backward_weight bf16 and fp8: output channels along the lanes, pairs of grid "
+          "positions",
+          "[conv][bf16][fp8][implicit]") {
+  namespace ic = detail::implicit_conv;
+  using exec = Kokkos::DefaultExecutionSpace;
+  const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const auto shape = [&](index_t N, index_t C, index_t K, index_t H, index_t W) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = 3, s.S = 3, s.prm = pad1;
+    return s;
+  };
+  const conv_shape shapes[] = {
+      shape(16, 32, 48, 13, 13), // 13 x 15 grid positions: the last pair's second half past it
+      shape(16, 24, 80, 11, 11), // blocks of 4 channel vectors and of 1; 72 taps: 24 runs
+      shape(12, 16, 16, 15, 15), // one vector of channels, blocks of 4 runs (48 runs)
+  };
+  int i = 0;
+  for (const conv_shape& s : shapes) {
+    INFO(describe(s));
+    if (ic::pairs_cpu()) {
+      const auto wl = ic::weight_direct_layout_for(detail::forward_geometry(problem_of(s), 1.f),
+                                                   exec{}.concurrency(), true);
+      CHECK(wl.ok);
+      CHECK(wl.klanes);
+    }
+    check_all_passes<bf16, bf16, bf16>(exec{}, s, 9900 + i, budgets[0]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(exec{}, s, 9950 + i, budgets[0]);
+    ++i;
+  }
+}
+
 TEST_CASE("conv2d_backward_weight bf16 with Inf and NaN in x: only true pairs are multiplied",
           "[conv][bf16][implicit]") {
   // As the fp32 case (test_conv2d.cpp): the bf16 dot products run over padded rows whose extra
-  // columns meet zeros of dy; a band holding Inf or NaN runs row by row with masked tails.
+  // columns meet zeros of dy; a band holding Inf or NaN runs row by row with masked tails (the
+  // others with the channels along the lanes: both forms in one call).
   conv_shape s;
   s.N = 16, s.C = 16, s.K = 32, s.H = 14, s.W = 14, s.R = 3, s.S = 3;
   s.prm = {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};

@@ -863,9 +863,10 @@ struct weight_direct_layout {
   index_t Wp = 0, BR = 0, BH = 0, bands = 0; ///< band row length, output rows, input rows
   index_t NB = 0, nblk = 0;                  ///< images per unit (at most), blocks of images
   bool padded_dy = false; ///< dy is copied onto the band's grid (zero columns past Wout)
-  /// Output channels along the lanes (fp32, 3-wide kernels of dilation 1: weight_lanes): dy is
-  /// transposed, in blocks of 64 channels, to pixels x 64 (the last block pixels x its
-  /// channels); kp = cout, a multiple of 16; the sums are kred x kp.
+  /// Output channels along the lanes (3-wide kernels of dilation 1, kp = cout a multiple of 16;
+  /// the sums are kred x kp). fp32 (weight_lanes): dy is transposed, in blocks of 64 channels,
+  /// to pixels x 64 (the last block pixels x its channels). bf16 pairs (weight_lanes_pairs):
+  /// dy on the grid, then its pairs of positions (32-bit words) transposed so.
   bool klanes = false;
   index_t kp = 0;
   index_t lanes() const noexcept { return pairs ? 32 : 16; }
@@ -880,9 +881,16 @@ struct weight_direct_layout {
   /// floats, klanes), or 0.
   std::size_t dyp_stride(const geometry& g) const noexcept {
     const index_t L = lanes();
-    if (klanes) return static_cast<std::size_t>(BR * g.Wout * kp);
+    if (klanes && !pairs) return static_cast<std::size_t>(BR * g.Wout * kp);
+    if (klanes) // the grid (channels grid_cs() apart), then its pairs transposed (kp x words)
+      return static_cast<std::size_t>(g.cout * grid_cs() + 2 * kp * pair_words() + L - 1) / L * L;
     return padded_dy ? static_cast<std::size_t>(g.cout * BR * Wp + L - 1) / L * L : 0;
   }
+  /// Elements between two channels of dy on the grid: BR x Wp, made even for the pairs of
+  /// klanes (whose last pair has a zero past the band's last position when it is odd).
+  index_t grid_cs() const noexcept { return klanes && pairs ? (BR * Wp + 1) / 2 * 2 : BR * Wp; }
+  /// Pairs of grid positions of a band (klanes, pairs).
+  index_t pair_words() const noexcept { return (BR * Wp + 1) / 2; }
   /// dW sums of a thread: G x cout x kred floats, or G x kred x kp (klanes).
   std::size_t sums_floats(const geometry& g) const noexcept {
     return static_cast<std::size_t>(g.G * g.kred() * (klanes ? kp : g.cout));
@@ -967,6 +975,14 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
     d.nblk = std::min(g.N, (d.nblk + threads - 1) / threads * threads);
   d.NB = (g.N + d.nblk - 1) / d.nblk; // block b: images [N b / nblk, N (b + 1) / nblk)
   d.ok = true;
+  // bf16 pairs of grid positions with output channels along the lanes (weight_lanes_pairs):
+  // 3-wide kernels of dilation 1, whole vectors of 16 channels; the same blocks of images
+  // (blocks sized for L2 with both copies of dy, as for fp32, measured no faster: Zen 5,
+  // 32 -> 64 channels at 14 x 14, 1.00x at 1 thread, 0.90-1.00x at 2).
+  if (pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0) {
+    d.klanes = true;
+    d.kp = g.cout;
+  }
   return d;
 }
 
@@ -1262,6 +1278,92 @@ template <int KV, int NR>
     }
 }
 
+#if TESSERA_GEMM_AVX512BF16
+/// weight_lanes on bf16 pairs of grid positions: out[t * ldo + 16 v + l] += sum over images
+/// b < nb and pairs j < words of the dot of dyt's word (b * dyt_is + (j * KV + v) * 16 + l)
+/// (dy of channel 16 v + l at grid positions 2j, 2j + 1) with the word of x[t / 3] at
+/// b * x_is + 2 j + t % 3 (x there and at the next position), in elements. The grid's extra
+/// columns meet zeros of dy: the band must be finite.
+template <int KV, int NR>
+[[gnu::noinline]] inline void
+weight_lanes_pairs(const std::uint32_t* dyt, index_t dyt_is, const std::uint16_t* const* x,
+                   index_t x_is, index_t nb, index_t words, float* out, index_t ldo) {
+  static_assert(KV * 3 * NR <= 24, "weight_lanes_pairs keeps its sums in 24 registers or fewer");
+  __m512 acc[3 * NR][KV];
+#pragma GCC unroll 12
+  for (int t = 0; t < 3 * NR; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < KV; ++v) acc[t][v] = _mm512_setzero_ps();
+  for (index_t b = 0; b < nb; ++b) {
+    const std::uint32_t* d = dyt + b * dyt_is;
+    for (index_t j = 0; j < words; ++j, d += 16 * KV) {
+      __m512i dv[KV];
+#pragma GCC unroll 4
+      for (int v = 0; v < KV; ++v) {
+        dv[v] = _mm512_loadu_si512(d + 16 * v);
+        asm("" : "+v"(dv[v])); // one load, 3 NR products
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const std::uint16_t* xq = x[r] + b * x_is + 2 * j;
+        asm("" : "+r"(xq)); // no predictive commoning (weight_lanes)
+#pragma GCC unroll 3
+        for (int s = 0; s < 3; ++s) {
+          std::uint32_t w;
+          std::memcpy(&w, xq + s, 4);
+          __m512i xv = _mm512_set1_epi32(static_cast<int>(w));
+          if constexpr (KV > 1) asm("" : "+v"(xv));
+#pragma GCC unroll 4
+          for (int v = 0; v < KV; ++v)
+            acc[3 * r + s][v] = _mm512_dpbf16_ps(acc[3 * r + s][v], (__m512bh)dv[v], (__m512bh)xv);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 12
+  for (int t = 0; t < 3 * NR; ++t)
+#pragma GCC unroll 4
+    for (int v = 0; v < KV; ++v) {
+      float* o = out + t * ldo + 16 * v;
+      _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t][v]));
+    }
+}
+
+/// weight_lanes_pairs for kv vectors of channels and nr runs (as weight_lanes_block).
+inline void weight_lanes_pairs_block(int kv, int nr, const std::uint32_t* dyt, index_t dyt_is,
+                                     const std::uint16_t* const* x, index_t x_is, index_t nb,
+                                     index_t words, float* out, index_t ldo) {
+  switch (kv * 8 + nr) {
+  case 8 + 1:
+    return weight_lanes_pairs<1, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 8 + 2:
+    return weight_lanes_pairs<1, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 8 + 3:
+    return weight_lanes_pairs<1, 3>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 8 + 4:
+    return weight_lanes_pairs<1, 4>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 16 + 1:
+    return weight_lanes_pairs<2, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 16 + 2:
+    return weight_lanes_pairs<2, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 16 + 3:
+    return weight_lanes_pairs<2, 3>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 16 + 4:
+    return weight_lanes_pairs<2, 4>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 24 + 1:
+    return weight_lanes_pairs<3, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 24 + 2:
+    return weight_lanes_pairs<3, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 32 + 1:
+    return weight_lanes_pairs<4, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  case 32 + 2:
+    return weight_lanes_pairs<4, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
+  default:
+    break;
+  }
+}
+#endif // TESSERA_GEMM_AVX512BF16
+
 /// weight_lanes for kv vectors of channels (1..4) and nr runs (1..4 for kv <= 2, else 1..2).
 inline void weight_lanes_block(int kv, int nr, const float* dyt, index_t dyt_is,
                                const float* const* x, index_t x_is, index_t Wp, index_t nb,
@@ -1353,9 +1455,11 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         if (!d.padded_dy) continue;
         // dy on the band's grid: Wp - Wout zero columns after each row.
         E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
-        for (index_t k = 0; k < cout; ++k)
+        const index_t gcs = d.grid_cs();
+        for (index_t k = 0; k < cout; ++k) {
+          if (rows * d.Wp < gcs) dp[k * gcs + rows * d.Wp] = E(0); // an odd grid's last pair
           for (index_t p = 0; p < rows; ++p) {
-            E* row = dp + (k * d.BR + p) * d.Wp;
+            E* row = dp + k * gcs + p * d.Wp;
             const TD* src = dyimg + b * dy_ns + k * dy_cs + p * g.Wout;
             if constexpr (pairs) {
               hostgemm::load_bf16(src, row, g.Wout);
@@ -1364,8 +1468,44 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             }
             for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = E(0);
           }
+        }
         finite = finite && all_finite(band, band_n);
       }
+#if TESSERA_GEMM_AVX512BF16
+      if constexpr (pairs) {
+        if (d.klanes && finite) { // pairs of grid positions, the channels along the lanes
+          const index_t words = (rows * d.Wp + 1) / 2, gcs = d.grid_cs(), pw = d.pair_words();
+          for (index_t b = 0; b < nb; ++b) { // each image's words, 16 channels at a time
+            const E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
+            auto* tw = reinterpret_cast<float*>(dyp + static_cast<std::size_t>(b) * dyp_stride +
+                                                cout * gcs);
+            const float* src[16];
+            for (index_t k0 = 0; k0 < cout; k0 += 16) {
+              for (index_t i = 0; i < 16; ++i)
+                src[i] = reinterpret_cast<const float*>(dp + (k0 + i) * gcs);
+              const index_t blk = k0 / 64, kv = std::min<index_t>(64, d.kp - 64 * blk);
+              transpose16(src, words, tw + blk * 64 * pw + k0 % 64, kv);
+            }
+          }
+          float* sg = sums + gi * kred * d.kp;
+          const auto* tw0 = reinterpret_cast<const std::uint32_t*>(dyp + cout * gcs);
+          const index_t kvs = d.kp / 16, runs = kred / 3;
+          const E* xr[4];
+          for (index_t v0 = 0; v0 < kvs; v0 += 4) {
+            const int kv = static_cast<int>(std::min<index_t>(4, kvs - v0));
+            const index_t maxr = kv > 2 ? 2 : 4;
+            for (index_t r0 = 0; r0 < runs; r0 += maxr) {
+              const int nr = static_cast<int>(std::min(maxr, runs - r0));
+              for (int r = 0; r < nr; ++r) xr[r] = bands + off[(r0 + r) * 3];
+              weight_lanes_pairs_block(
+                  kv, nr, tw0 + v0 * 16 * pw, static_cast<index_t>(dyp_stride / 2), xr,
+                  static_cast<index_t>(band_stride), nb, words, sg + r0 * 3 * d.kp + v0 * 16, d.kp);
+            }
+          }
+          continue;
+        }
+      }
+#endif
       if constexpr (!pairs) {
         if (d.klanes) { // blocks of up to 4 channel vectors x 2 runs (or 2 x 4, 1 x 4)
           float* sg = sums + gi * kred * d.kp;
@@ -1399,7 +1539,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
       } else {
         dyb = grid ? dyp : dyimg;
       }
-      const index_t dcs = grid ? d.BR * d.Wp : dy_cs;
+      const index_t dcs = grid ? d.grid_cs() : dy_cs;
       const index_t dis = grid ? static_cast<index_t>(dyp_stride) : dy_ns;
       const index_t drs = grid ? d.Wp : g.Wout;
       const index_t rn = linear ? 1 : rows, n = linear ? rows * d.Wp : g.Wout;
@@ -1429,9 +1569,10 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
               weight_block(dyr, dis, drs, xr, static_cast<index_t>(band_stride), d.Wp, nb, rn, n,
                            out);
           }
-          for (index_t i = 0; i < wKB && k0 + i < cout; ++i)
+          for (index_t i = 0; i < wKB && k0 + i < cout; ++i) // klanes: sums kred x kp
             for (index_t t = 0; t < wTB && t0 + t < kred; ++t)
-              sg[(k0 + i) * kred + t0 + t] += out[i * wTB + t];
+              sg[d.klanes ? (t0 + t) * cout + k0 + i : (k0 + i) * kred + t0 + t] +=
+                  out[i * wTB + t];
         }
     }
   };
