@@ -854,6 +854,17 @@ void run_weight(const Exec& exec, const geometry& g, const float* in, index_t in
 // operands and run as one row (1 x 1 layers). A unit is a block of NB images' bands of BR
 // output rows: NB * BR * (vectors per row) >= 64 steps per register block where the images
 // allow, so the horizontal sums cost a few percent; the bands fit in 384 KiB of L2.
+//
+// With a 3-wide kernel of dilation 1 and whole vectors of output channels (cout a multiple of
+// 16, a reduction of 32 or more) the channels run along the lanes instead (klanes): each unit
+// transposes its dy to pixels x channels (16 channels at a time, in blocks of 64), and a
+// register block of KV channel vectors x 3 NR taps (NR runs of three adjacent taps, KV 3 NR <=
+// 24) takes, per pixel, KV loads of dy and 3 NR broadcasts of the band, keeping its sums in
+// registers over all of the unit's pixels: no lane sums, no masked tails, and only true pixels
+// (the dot products along rows also multiply the band's padding columns). bf16 pairs run the
+// same on pairs of grid positions (32-bit words of dy and of the band, the grid's extra
+// columns meeting zeros of dy), a band holding Inf or NaN by the row-by-row dot products.
+// Measured (Zen 5, 32 -> 64 channels at 14 x 14, fp32): 135 -> 172 GFLOP/s at 1 thread.
 
 inline constexpr index_t wKB = 4, wTB = 6;
 
