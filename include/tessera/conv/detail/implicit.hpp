@@ -1340,72 +1340,65 @@ weight_lanes_pairs(const std::uint32_t* dyt, index_t dyt_is, const std::uint16_t
     }
 }
 
-/// weight_lanes_pairs for kv vectors of channels and nr runs (as weight_lanes_block).
-inline void weight_lanes_pairs_block(int kv, int nr, const std::uint32_t* dyt, index_t dyt_is,
-                                     const std::uint16_t* const* x, index_t x_is, index_t nb,
-                                     index_t words, float* out, index_t ldo) {
-  switch (kv * 8 + nr) {
-  case 8 + 1:
-    return weight_lanes_pairs<1, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 8 + 2:
-    return weight_lanes_pairs<1, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 8 + 3:
-    return weight_lanes_pairs<1, 3>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 8 + 4:
-    return weight_lanes_pairs<1, 4>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 16 + 1:
-    return weight_lanes_pairs<2, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 16 + 2:
-    return weight_lanes_pairs<2, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 16 + 3:
-    return weight_lanes_pairs<2, 3>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 16 + 4:
-    return weight_lanes_pairs<2, 4>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 24 + 1:
-    return weight_lanes_pairs<3, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 24 + 2:
-    return weight_lanes_pairs<3, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 32 + 1:
-    return weight_lanes_pairs<4, 1>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  case 32 + 2:
-    return weight_lanes_pairs<4, 2>(dyt, dyt_is, x, x_is, nb, words, out, ldo);
-  default:
-    break;
-  }
-}
 #endif // TESSERA_GEMM_AVX512BF16
 
-/// weight_lanes for kv vectors of channels (1..4) and nr runs (1..4 for kv <= 2, else 1..2).
-inline void weight_lanes_block(int kv, int nr, const float* dyt, index_t dyt_is,
-                               const float* const* x, index_t x_is, index_t Wp, index_t nb,
-                               index_t rows, index_t wout, float* out, index_t ldo) {
-  switch (kv * 8 + nr) {
-  case 8 + 1:
-    return weight_lanes<1, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 8 + 2:
-    return weight_lanes<1, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 8 + 3:
-    return weight_lanes<1, 3>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 8 + 4:
-    return weight_lanes<1, 4>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 16 + 1:
-    return weight_lanes<2, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 16 + 2:
-    return weight_lanes<2, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 16 + 3:
-    return weight_lanes<2, 3>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 16 + 4:
-    return weight_lanes<2, 4>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 24 + 1:
-    return weight_lanes<3, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 24 + 2:
-    return weight_lanes<3, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 32 + 1:
-    return weight_lanes<4, 1>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  case 32 + 2:
-    return weight_lanes<4, 2>(dyt, dyt_is, x, x_is, Wp, nb, rows, wout, out, ldo);
-  default:
-    break;
+/// The register blocks of the klanes forms (weight_lanes, weight_lanes_pairs) over kp / 16
+/// vectors of channels and kred / 3 runs of taps: f(KV, NR, v0, r0) with KV and NR as
+/// std::integral_constant<int, .> (blocks of up to 4 vectors x 2 runs; 2 x 4 or 1 x 4 where
+/// fewer vectors remain; the last block of runs shorter), v0 and r0 the block's first vector
+/// and run.
+template <class F>
+inline void lanes_blocks(index_t kp, index_t kred, const F& f) {
+  const index_t kvs = kp / 16, runs = kred / 3;
+  for (index_t v0 = 0; v0 < kvs; v0 += 4) {
+    const int kv = static_cast<int>(std::min<index_t>(4, kvs - v0));
+    const index_t maxr = kv > 2 ? 2 : 4;
+    for (index_t r0 = 0; r0 < runs; r0 += maxr) {
+      const int nr = static_cast<int>(std::min(maxr, runs - r0));
+      const auto block = [&](auto KV, auto NR) { f(KV, NR, v0, r0); };
+      using c1 = std::integral_constant<int, 1>;
+      using c2 = std::integral_constant<int, 2>;
+      using c3 = std::integral_constant<int, 3>;
+      using c4 = std::integral_constant<int, 4>;
+      switch (kv * 8 + nr) {
+      case 8 + 1:
+        block(c1{}, c1{});
+        break;
+      case 8 + 2:
+        block(c1{}, c2{});
+        break;
+      case 8 + 3:
+        block(c1{}, c3{});
+        break;
+      case 8 + 4:
+        block(c1{}, c4{});
+        break;
+      case 16 + 1:
+        block(c2{}, c1{});
+        break;
+      case 16 + 2:
+        block(c2{}, c2{});
+        break;
+      case 16 + 3:
+        block(c2{}, c3{});
+        break;
+      case 16 + 4:
+        block(c2{}, c4{});
+        break;
+      case 24 + 1:
+        block(c3{}, c1{});
+        break;
+      case 24 + 2:
+        block(c3{}, c2{});
+        break;
+      case 32 + 1:
+        block(c4{}, c1{});
+        break;
+      default:
+        block(c4{}, c2{});
+        break; // 32 + 2
+      }
+    }
   }
 }
 
@@ -1500,40 +1493,29 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
           }
           float* sg = sums + gi * kred * d.kp;
           const auto* tw0 = reinterpret_cast<const std::uint32_t*>(dyp + cout * gcs);
-          const index_t kvs = d.kp / 16, runs = kred / 3;
-          const E* xr[4];
-          for (index_t v0 = 0; v0 < kvs; v0 += 4) {
-            const int kv = static_cast<int>(std::min<index_t>(4, kvs - v0));
-            const index_t maxr = kv > 2 ? 2 : 4;
-            for (index_t r0 = 0; r0 < runs; r0 += maxr) {
-              const int nr = static_cast<int>(std::min(maxr, runs - r0));
-              for (int r = 0; r < nr; ++r) xr[r] = bands + off[(r0 + r) * 3];
-              weight_lanes_pairs_block(
-                  kv, nr, tw0 + v0 * 16 * pw, static_cast<index_t>(dyp_stride / 2), xr,
-                  static_cast<index_t>(band_stride), nb, words, sg + r0 * 3 * d.kp + v0 * 16, d.kp);
-            }
-          }
+          lanes_blocks(d.kp, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
+            constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
+            const E* xr[NR];
+            for (int r = 0; r < NR; ++r) xr[r] = bands + off[(r0 + r) * 3];
+            weight_lanes_pairs<KV, NR>(tw0 + v0 * 16 * pw, static_cast<index_t>(dyp_stride / 2), xr,
+                                       static_cast<index_t>(band_stride), nb, words,
+                                       sg + r0 * 3 * d.kp + v0 * 16, d.kp);
+          });
           continue;
         }
       }
 #endif
       if constexpr (!pairs) {
-        if (d.klanes) { // blocks of up to 4 channel vectors x 2 runs (or 2 x 4, 1 x 4)
+        if (d.klanes) { // the channels along the lanes
           float* sg = sums + gi * kred * d.kp;
-          const index_t kvs = d.kp / 16, runs = kred / 3;
-          const float* xr[4];
-          for (index_t v0 = 0; v0 < kvs; v0 += 4) {
-            const int kv = static_cast<int>(std::min<index_t>(4, kvs - v0));
-            const index_t maxr = kv > 2 ? 2 : 4;
-            for (index_t r0 = 0; r0 < runs; r0 += maxr) {
-              const int nr = static_cast<int>(std::min(maxr, runs - r0));
-              for (int r = 0; r < nr; ++r) xr[r] = bands + off[(r0 + r) * 3];
-              weight_lanes_block(kv, nr, dyp + v0 * 16 * d.BR * g.Wout,
-                                 static_cast<index_t>(dyp_stride), xr,
-                                 static_cast<index_t>(band_stride), d.Wp, nb, rows, g.Wout,
+          lanes_blocks(d.kp, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
+            constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
+            const float* xr[NR];
+            for (int r = 0; r < NR; ++r) xr[r] = bands + off[(r0 + r) * 3];
+            weight_lanes<KV, NR>(dyp + v0 * 16 * d.BR * g.Wout, static_cast<index_t>(dyp_stride),
+                                 xr, static_cast<index_t>(band_stride), d.Wp, nb, rows, g.Wout,
                                  sg + r0 * 3 * d.kp + v0 * 16, d.kp);
-            }
-          }
+          });
           continue;
         }
       }
