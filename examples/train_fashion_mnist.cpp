@@ -71,13 +71,13 @@
 // SGD momentum and the update over the D data replicas (the gradients reduce-scattered during
 // backward, the updated weights all-gathered), stage 2 also the reduced gradients (kept as a
 // shard, staged through two bucket-sized buffers; parallel/zero.hpp). The weights equal those
-// of the same --plan without --zero (bit-identical with D <= 2). Once per run rank 0 prints its bytes of weights + reduced gradients + optimizer
-// state per parameter next to the formula for SGD with momentum (K = 4 bytes of state per
-// parameter: 4 + 4 + 4/D at stage 1, 4 + 8/D at stage 2; the ZeRO paper's mixed-precision
-// counting gives 4 + 8/D and 2 + 10/D). With --checkpoint each rank also saves its shard of the
-// optimizer state; --resume continues bit-identically under the same plan and --zero stage
-// (another stage or plan is refused, naming both), and a single-process --resume merges the
-// shards as above.
+// of the same --plan without --zero (bit-identical with D <= 2). Once per run rank 0 prints its
+// bytes of weights + reduced gradients + optimizer state per parameter next to the formula for SGD
+// with momentum (K = 4 bytes of state per parameter: 4 + 4 + 4/D at stage 1, 4 + 8/D at stage 2;
+// the ZeRO paper's mixed-precision counting gives 4 + 8/D and 2 + 10/D). With --checkpoint each
+// rank also saves its shard of the optimizer state; --resume continues bit-identically under the
+// same plan and --zero stage (another stage or plan is refused, naming both), and a single-process
+// --resume merges the shards as above.
 #include "example_instances.hpp"
 #include "kokkos_args.hpp"
 #include "train_fashion_mnist_options.hpp"
@@ -90,6 +90,7 @@
 #include <tessera/train/loss_scaler.hpp>
 #include <tessera/train/sgd.hpp>
 #include <tessera/train/step.hpp>
+#include <tessera/train/team.hpp>
 
 #include <boost/hana/for_each.hpp>
 
@@ -318,6 +319,9 @@ int run(const options& o) {
                  long(state.epoch), long(state.step));
   }
 
+  // Steps run on the whole thread team, or on a smaller one while that measures faster (another
+  // process holding a core); --fixed-team: always the whole team.
+  tessera::train::team_governor<exec_space> team(exec, {}, !o.fixed_team);
   batch_buffers buf;
   std::vector<index_t> order(static_cast<std::size_t>(train_set.n));
   for (int epoch = static_cast<int>(state.epoch) + 1; epoch <= o.epochs; ++epoch) {
@@ -331,21 +335,27 @@ int run(const options& o) {
     for (index_t b = 0; b < train_set.n; b += o.batch) {
       const index_t e = std::min(train_set.n, b + o.batch);
       buf.fill(train_set, order, b, e);
-      const auto logits = model.forward(exec, buf.x);
-      if (steps == 0 && epoch == static_cast<int>(state.epoch) + 1)
-        std::fprintf(stderr,
-                     "[train] saved activations between forward and backward: %zu bytes "
-                     "per step of %ld images (%s)\n",
-                     nn::saved_activation_bytes(model), long(e - b),
-                     o.recompute ? "--recompute" : "no recomputation");
-      const float s = scaled ? scaler.scale() : 1.f;
-      const auto [l, dlogits] = loss.forward_backward(exec, logits, buf.y, s);
-      model.backward(exec, dlogits);
-      if constexpr (scaled) {
-        skipped += tessera::train::step(exec, opt, scaler, params) ? 0 : 1;
-      } else {
-        opt.step(exec, params);
-      }
+      const bool first = steps == 0 && epoch == static_cast<int>(state.epoch) + 1;
+      float l = 0;
+      // One step on the team the governor picks (see train/team.hpp).
+      team.run(e - b, [&](const auto& ex) {
+        const auto logits = model.forward(ex, buf.x);
+        if (first)
+          std::fprintf(stderr,
+                       "[train] saved activations between forward and backward: %zu bytes "
+                       "per step of %ld images (%s)\n",
+                       nn::saved_activation_bytes(model), long(e - b),
+                       o.recompute ? "--recompute" : "no recomputation");
+        const float s = scaled ? scaler.scale() : 1.f;
+        auto lg = loss.forward_backward(ex, logits, buf.y, s);
+        l = lg.loss;
+        model.backward(ex, lg.dlogits);
+        if constexpr (scaled) {
+          skipped += tessera::train::step(ex, opt, scaler, params) ? 0 : 1;
+        } else {
+          opt.step(ex, params);
+        }
+      });
       loss_sum += static_cast<double>(l) * static_cast<double>(e - b);
       seen += e - b;
       ++steps;
@@ -367,6 +377,10 @@ int run(const options& o) {
     if (scaled) std::printf("  (loss scale %g, %ld skipped steps)", scaler.scale(), long(skipped));
     std::printf("\n");
     std::fflush(stdout);
+    if (team.adaptive())
+      std::fprintf(stderr, "[train] steps so far on %d threads: %ld, on %d: %ld (%ld switches)\n",
+                   team.threads(false), long(team.schedule().steps(false)), team.threads(true),
+                   long(team.schedule().steps(true)), long(team.schedule().switches()));
     state.step += steps;
     state.epoch = epoch;
     if (!o.checkpoint.empty())

@@ -35,6 +35,10 @@ struct options {
   bool progress = true;
   // --recompute: FashionCNN's nn::Recompute segments recompute (any run; not training state)
   bool recompute = false;
+  // --fixed-team: every step on the whole thread team (bitwise reproducible for a thread count);
+  // default: train::team_governor moves steps to a smaller team when that measures faster (a
+  // busy machine). One process only; a --plan run keeps its team.
+  bool fixed_team = false;
   std::string plan;                                      // "" : one process, no MPI
   int plan_data = 1, plan_tensor = 1, plan_pipeline = 1; // the sizes --plan asked for
   double collective_timeout = 300; // seconds a --plan rank waits in a collective; 0: forever
@@ -52,7 +56,7 @@ inline const char* usage_text() {
   return "usage: train_fashion_mnist [--precision fp32|bf16|fp16|fp8] [--epochs N (1..1000000)] "
          "[--threads N (0..4096, 0: default)] [--limit N | --full] [--test-limit N] "
          "[--batch N (1..1000000)] [--lr X (finite, > 0)] [--seed N] [--data DIR] "
-         "[--checkpoint FILE] [--resume FILE] [--no-progress] [--recompute] "
+         "[--checkpoint FILE] [--resume FILE] [--no-progress] [--recompute] [--fixed-team] "
          "[--plan data=D,tensor=T,pipeline=P (D 1..4096, T and P 1, 2 or 4; under mpiexec -n "
          "D*T*P)] "
          "[--collective-timeout SECONDS (0..86400, 0: none; with --plan, default 300)] "
@@ -198,6 +202,8 @@ inline options parse_options(int argc, const char* const* argv) {
       o.progress = false;
     } else if (a == "--recompute") {
       o.recompute = true;
+    } else if (a == "--fixed-team") {
+      o.fixed_team = true;
     } else if (a == "--plan") {
       o.plan = nonempty(next());
     } else if (a == "--accum") {

@@ -186,6 +186,14 @@ TEST_CASE("switches, missing values and unknown flags", "[examples][options]") {
   REQUIRE_THROWS_AS(fashion::parse_options(3, argv), fashion::usage_error);
 }
 
+TEST_CASE("the fixed-team flag: a switch, off by default", "[examples][options]") {
+  CHECK_FALSE(parse({}).fixed_team);
+  CHECK(parse({"--fixed-team"}).fixed_team);
+  CHECK(parse({"--threads", "2", "--fixed-team", "--precision", "bf16"}).fixed_team);
+  CHECK_THROWS_WITH(parse({"--fixed-team=1"}),
+                    Catch::Contains("unknown argument '--fixed-team=1'"));
+}
+
 TEST_CASE("the recompute flag: a switch, with any other flag", "[examples][options]") {
   CHECK_FALSE(parse({}).recompute);
   CHECK(parse({"--recompute"}).recompute);

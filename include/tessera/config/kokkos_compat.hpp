@@ -8,6 +8,7 @@
 ///                                            present, in that order)
 ///   tessera::is_host_execution_space_v<E>   E runs on the host (one of the above), so host-only
 ///                                            code (xsimd, intrinsics, std:: calls) may run in it
+///   tessera::concurrency(exec)              the threads of the instance exec itself
 ///
 /// "Runs on the host" is a property of the execution space, not of its memory: a device space
 /// whose memory the host can reach (CUDA UVM, HIP managed or pinned memory) is not a host space.
@@ -32,6 +33,19 @@
 #endif
 
 namespace tessera {
+
+/// The threads of the instance exec (not of its space's default instance). Kokkos 4 built with
+/// its deprecated code (KOKKOS_ENABLE_DEPRECATED_CODE_4) declares OpenMP::concurrency as a static
+/// function of an instance that defaults to the default one, so `exec.concurrency()` on a smaller
+/// instance (Kokkos::OpenMP(n), partition_space) answers the whole pool's size; the static form
+/// is given the instance here. Kokkos 3.4's spaces have one pool and a static concurrency().
+template <class Exec>
+int concurrency(const Exec& exec) {
+  if constexpr (requires { Exec::concurrency(exec); })
+    return Exec::concurrency(exec);
+  else
+    return exec.concurrency();
+}
 
 namespace detail {
 template <class... A>

@@ -52,6 +52,7 @@
 /// tensor split (the head split is parallel/'s to write).
 
 #include <tessera/config/cpu.hpp>
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/nn/detail/common.hpp>
 #include <tessera/nn/detail/row_math.hpp>
 #include <tessera/nn/layer.hpp>
@@ -240,7 +241,7 @@ public:
           }
         });
     exec.fence();
-    fwd_scratch_ = std::size_t(exec.concurrency()) * floats * sizeof(float);
+    fwd_scratch_ = std::size_t(tessera::concurrency(exec)) * floats * sizeof(float);
     scratch_bytes_ = saved_bytes(B, t, kp) + fwd_scratch_;
   }
 
@@ -367,7 +368,7 @@ public:
     scratch_bytes_ =
         saved_bytes(B, t, kp) + std::size_t(B * t * W) * sizeof(do_type) +
         std::size_t(B * NH * t) * sizeof(float) +
-        std::max(fwd_scratch_, std::size_t(exec.concurrency()) * floats * sizeof(float));
+        std::max(fwd_scratch_, std::size_t(tessera::concurrency(exec)) * floats * sizeof(float));
   }
 
   /// Adds what forward kept for backward to l.

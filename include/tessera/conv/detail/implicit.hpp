@@ -27,6 +27,7 @@
 /// Host only (compiled out of device passes); the caller checks is_host_exec_v. The 16 x 16
 /// transposes of run_weight use AVX-512 when compiled for it, else scalar loops.
 
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/conv/im2col.hpp>
 #include <tessera/conv/workspace.hpp>
 #include <tessera/gemm/detail/avx512bf16.hpp>
@@ -83,7 +84,7 @@ inline std::size_t c_floats(const geometry& g) {
 /// Threads an implicit convolution runs on: one per unit at most.
 template <class Exec>
 int parts_for(const Exec& exec, const geometry& g) {
-  const index_t c = exec.concurrency();
+  const index_t c = tessera::concurrency(exec);
   return static_cast<int>(std::max<index_t>(1, std::min(c, g.units())));
 }
 
@@ -370,7 +371,7 @@ inline unsigned char* tap_offsets(const geometry& g, index_t planes, index_t BH,
 /// Threads of the direct path: one per unit at most.
 template <class Exec>
 int direct_parts(const Exec& exec, const geometry& g, const direct_layout& d) {
-  const index_t c = exec.concurrency();
+  const index_t c = tessera::concurrency(exec);
   return static_cast<int>(std::max<index_t>(1, std::min(c, d.units(g))));
 }
 
@@ -707,7 +708,8 @@ inline std::size_t weight_scratch_floats(const geometry& g) {
 template <class Exec>
 int weight_parts(const Exec& exec, const geometry& g) {
   const index_t units = g.N * g.G * weight_blocking(g).blocks;
-  return static_cast<int>(std::max<index_t>(1, std::min<index_t>(exec.concurrency(), units)));
+  return static_cast<int>(
+      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), units)));
 }
 
 /// Gathers the inputs of tap kk (channel c, kernel row r, column s) for pixels [m0, m0 + kp)
@@ -999,7 +1001,8 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
 
 template <class Exec>
 int weight_direct_parts(const Exec& exec, const geometry& g, const weight_direct_layout& d) {
-  return static_cast<int>(std::max<index_t>(1, std::min<index_t>(exec.concurrency(), d.units(g))));
+  return static_cast<int>(
+      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), d.units(g))));
 }
 
 /// True when none of the n floats at v is Inf or NaN (exponent bits all ones).

@@ -17,6 +17,7 @@
 /// depend on the thread count. Any operand precision (widened to fp32 exactly while filling the
 /// band and packing the weights: the products of bf16, fp16 and fp8 values are exact in fp32).
 
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/conv/detail/implicit.hpp>
 
 #include <algorithm>
@@ -86,7 +87,8 @@ inline layout layout_for(const geometry& g, bool even_rows = false) {
 
 template <class Exec>
 int parts_for(const Exec& exec, const geometry& g, const layout& d) {
-  return static_cast<int>(std::max<index_t>(1, std::min<index_t>(exec.concurrency(), d.units(g))));
+  return static_cast<int>(
+      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), d.units(g))));
 }
 
 /// out[k * ldo + j] = sum over kk < kred of w[kk * KB + k] * a0[off[kk] + j], k < KB, j < 2L.

@@ -6,6 +6,7 @@
 /// tensor, gather / scatter of multi-image tiles, bias and epilogue passes, the final rounding)
 /// and the bias gradient.
 
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/conv/detail/checks.hpp>
 #include <tessera/conv/detail/direct.hpp>
 #include <tessera/conv/detail/plan.hpp>
@@ -472,7 +473,7 @@ struct backward_weight_pass {
 #if TESSERA_GEMM_AVX512BF16
       if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
         if (pb.N > 0 && pb.Kg >= implicit_min_channels && ic::pairs_cpu()) {
-          const auto dl = ic::weight_direct_layout_for(g, exec.concurrency(), true);
+          const auto dl = ic::weight_direct_layout_for(g, tessera::concurrency(exec), true);
           if (dl.ok) {
             const auto [s_mem] = carve<1>(ws, {scratch_bytes(g, dl)});
             ic::run_weight_direct(exec, g, dl, x.data(), x.stride(0), x.stride(1), x.stride(2),
@@ -491,7 +492,8 @@ struct backward_weight_pass {
       const bool widen = !native && pb.crs() < 16 && x.is_contiguous() && dy.is_contiguous();
       if (pb.N > 0 && pb.Kg >= implicit_min_channels && (native || widen)) {
         // Stride 1 on AVX-512: dot products along output rows; else gathers and transposes.
-        const ic::weight_direct_layout dl = ic::weight_direct_layout_for(g, exec.concurrency());
+        const ic::weight_direct_layout dl =
+            ic::weight_direct_layout_for(g, tessera::concurrency(exec));
         const std::size_t nx = native ? 0 : static_cast<std::size_t>(x.size());
         const std::size_t ndy = native ? 0 : static_cast<std::size_t>(dy.size());
         const auto [x_mem, dy_mem, s_mem] = carve<3>(ws, {nx * 4, ndy * 4, scratch_bytes(g, dl)});

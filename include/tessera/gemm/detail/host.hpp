@@ -29,6 +29,7 @@
 #include <tessera/config/cpu.hpp>
 #include <tessera/config/cpu_model.hpp>
 #include <tessera/config/error.hpp>
+#include <tessera/config/kokkos_compat.hpp>
 #include <tessera/gemm/detail/amx.hpp>
 #include <tessera/gemm/detail/avx512bf16.hpp>
 #include <tessera/gemm/detail/blocking.hpp>
@@ -359,7 +360,7 @@ template <class Kern, class Exec, class Prob>
 float run_parallel(const Exec& exec, const Prob& pr, const blocking& bk) {
   check_blocking<Kern>(bk);
   const int parts = static_cast<int>(std::max<index_t>(
-      1, std::min<index_t>(exec.concurrency(),
+      1, std::min<index_t>(tessera::concurrency(exec),
                            (pr.m + Kern::MR - 1) / Kern::MR * ((pr.n + Kern::NR - 1) / Kern::NR))));
   if (parts == 1) return run_part<Kern>(pr, part{0, pr.m, 0, pr.n}, bk);
   float amax = 0.f;
