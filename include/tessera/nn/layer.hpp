@@ -63,6 +63,7 @@
 #include <boost/hana/core/is_a.hpp>
 #include <boost/hana/ext/std/integral_constant.hpp>
 #include <boost/hana/fold_left.hpp>
+#include <boost/hana/length.hpp>
 #include <boost/hana/transform.hpp>
 #include <boost/hana/tuple.hpp>
 
@@ -107,6 +108,12 @@ concept HasParametersCall = requires(const L& l) {
 template <class L>
 concept ParametersAreHandles =
     is_parameter_tuple<std::remove_cvref_t<decltype(std::declval<const L&>().parameters())>>::value;
+
+/// L's parameters() holds at least one parameter (read by Sequential's and parallel/'s
+/// backward walks: no input gradient is needed before the first layer that has one).
+template <class L>
+inline constexpr bool has_parameters =
+    decltype(boost::hana::length(std::declval<const L&>().parameters()))::value > 0;
 
 template <class L, class InExt>
 concept DeclaresAccepts = requires {

@@ -268,4 +268,23 @@ private:
   int last_kind_ = -1;
 };
 
+namespace detail {
+/// True when layer Before is an nn::ReLU and layer L (nn::MaxPool2d) has a backward_after_relu
+/// for DY: the pooling's backward then passes dy on only where the window's maximum, the ReLU's
+/// output there, is > 0, which is the ReLU's backward (the same values, one pass less over the
+/// activations). Every backward walk over layers runs such a pair as one pass (Sequential's
+/// backward, parallel::backward_overlapped): a forward that pooled in the convolution's store
+/// (Sequential::fuses_relu_pool) left the ReLU no output of its own.
+template <class Before, class L, class Exec, class DY>
+constexpr bool pools_after_relu() {
+  if constexpr (!std::is_same_v<Before, ReLU>) {
+    return false;
+  } else {
+    return requires(L & l, const Exec& e, const DY& dy) {
+      l.backward_after_relu(e, dy, true);
+    };
+  }
+}
+} // namespace detail
+
 } // namespace tessera::nn

@@ -30,7 +30,6 @@
 #include <boost/hana/at.hpp>
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/for_each.hpp>
-#include <boost/hana/length.hpp>
 #include <boost/hana/transform.hpp>
 #include <boost/hana/tuple.hpp>
 
@@ -121,10 +120,6 @@ template <class L>
 concept FixesInput = requires {
   typename L::input_extents;
 };
-
-template <class L>
-inline constexpr bool has_parameters =
-    decltype(boost::hana::length(std::declval<const L&>().parameters()))::value > 0;
 
 template <class L>
 constexpr bool is_input_layer() {
@@ -417,20 +412,15 @@ private:
     }
   }
 
-  /// True when layer I - 1 is an nn::ReLU and layer I (nn::MaxPool2d) has a backward_after_relu:
-  /// the pooling's backward then passes dy on only where the window's maximum, the ReLU's output
-  /// there, is > 0, which is the ReLU's backward (the same values, one pass less over the
-  /// activations).
+  /// Layers I - 1 and I are an nn::ReLU and a pooling with backward_after_relu
+  /// (nn::detail::pools_after_relu, nn/pooling.hpp).
   template <std::size_t I, class Exec, class DY>
   static constexpr bool pools_after_relu() {
     if constexpr (I == 0) {
       return false;
     } else {
-      using L = std::tuple_element_t<I, std::tuple<Layers...>>;
-      using Before = std::tuple_element_t<I - 1, std::tuple<Layers...>>;
-      return std::is_same_v<Before, ReLU> && requires(L & l, const Exec& e, const DY& dy) {
-        l.backward_after_relu(e, dy, true);
-      };
+      return detail::pools_after_relu<std::tuple_element_t<I - 1, std::tuple<Layers...>>,
+                                      std::tuple_element_t<I, std::tuple<Layers...>>, Exec, DY>();
     }
   }
 

@@ -24,13 +24,13 @@
 /// Averaging assumes every rank's loss is the mean over an equal share of the global batch:
 /// the average of the ranks' gradients is then the gradient of the global-batch mean.
 
-#include <tessera/nn/activation.hpp>
+#include <tessera/nn/layer.hpp>
 #include <tessera/nn/parameter.hpp>
+#include <tessera/nn/pooling.hpp>
 #include <tessera/parallel/communicator.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <boost/hana/for_each.hpp>
-#include <boost/hana/length.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -369,34 +369,22 @@ private:
 };
 
 namespace detail {
-template <class Layer>
-constexpr bool layer_has_parameters() {
-  return decltype(boost::hana::length(std::declval<const Layer&>().parameters()))::value > 0;
-}
 template <class Model, std::size_t... J>
 constexpr bool parameters_before(std::index_sequence<J...>) {
-  return (layer_has_parameters<
-              std::remove_cvref_t<decltype(std::declval<Model&>().template layer<J>())>>() ||
+  return (nn::detail::has_parameters<
+              std::remove_cvref_t<decltype(std::declval<Model&>().template layer<J>())>> ||
           ... || false);
 }
-/// True when layer I - 1 is an nn::ReLU and layer I has backward_after_relu (nn::MaxPool2d):
-/// nn::Sequential's backward then runs both as one pass (Sequential::pools_after_relu), and so
-/// must a walk over its layers: its forward may have pooled in the convolution's store, leaving
-/// the ReLU no output of its own to take a backward from.
+/// Layers I - 1 and I of Model are an nn::ReLU and a pooling with backward_after_relu
+/// (nn::detail::pools_after_relu): one pass, as nn::Sequential's backward runs them.
 template <class Model, std::size_t I, class Exec, class DY>
 constexpr bool pools_after_relu() {
   if constexpr (I == 0) {
     return false;
   } else {
-    using Before = std::remove_cvref_t<decltype(std::declval<Model&>().template layer<I - 1>())>;
-    using L = std::remove_cvref_t<decltype(std::declval<Model&>().template layer<I>())>;
-    if constexpr (!std::is_same_v<Before, nn::ReLU>) {
-      return false;
-    } else {
-      return requires(L & l, const Exec& e, const DY& dy) {
-        l.backward_after_relu(e, dy, true);
-      };
-    }
+    return nn::detail::pools_after_relu<
+        std::remove_cvref_t<decltype(std::declval<Model&>().template layer<I - 1>())>,
+        std::remove_cvref_t<decltype(std::declval<Model&>().template layer<I>())>, Exec, DY>();
   }
 }
 template <std::size_t I, class Exec, class Model, class DY, class Buckets>

@@ -40,7 +40,6 @@
 #include <boost/hana/at.hpp>
 #include <boost/hana/flatten.hpp>
 #include <boost/hana/for_each.hpp>
-#include <boost/hana/length.hpp>
 #include <boost/hana/transform.hpp>
 #include <boost/hana/tuple.hpp>
 
@@ -250,12 +249,9 @@ private:
     else
       return forward_from<K + 1>(exec, boost::hana::at_c<K>(layers_).forward(exec, x));
   }
-  template <class L>
-  static constexpr bool has_parameters =
-      decltype(boost::hana::length(std::declval<const L&>().parameters()))::value > 0;
   template <std::size_t K, std::size_t... J>
   static constexpr bool params_before(std::index_sequence<J...>) {
-    return (has_parameters<layer_t<J>> || ... || false);
+    return (nn::detail::has_parameters<layer_t<J>> || ... || false);
   }
   template <std::size_t K, class Exec, class DY, class OnLayer>
   auto backward_from(const Exec& exec, const DY& dy, bool need_input_grad, OnLayer& on_layer) {

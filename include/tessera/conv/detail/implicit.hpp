@@ -876,12 +876,11 @@ struct weight_direct_layout {
   index_t Wp = 0, BR = 0, BH = 0, bands = 0; ///< band row length, output rows, input rows
   index_t NB = 0, nblk = 0;                  ///< images per unit (at most), blocks of images
   bool padded_dy = false; ///< dy is copied onto the band's grid (zero columns past Wout)
-  /// Output channels along the lanes (3-wide kernels of dilation 1, kp = cout a multiple of 16;
-  /// the sums are kred x kp). fp32 (weight_lanes): dy is transposed, in blocks of 64 channels,
-  /// to pixels x 64 (the last block pixels x its channels). bf16 pairs (weight_lanes_pairs):
-  /// dy on the grid, then its pairs of positions (32-bit words) transposed so.
+  /// Output channels along the lanes (3-wide kernels of dilation 1, cout a multiple of 16; the
+  /// sums are kred x cout). fp32 (weight_lanes): dy is transposed, in blocks of 64 channels, to
+  /// pixels x 64 (the last block pixels x its channels). bf16 pairs (weight_lanes_pairs): dy on
+  /// the grid, then its pairs of positions (32-bit words) transposed so.
   bool klanes = false;
-  index_t kp = 0;
   index_t lanes() const noexcept { return pairs ? 32 : 16; }
   index_t units(const geometry& g) const noexcept { return g.G * nblk * bands; }
   /// A band in elements, with slack for the last row's reads past its end (zeros), rounded up
@@ -890,13 +889,14 @@ struct weight_direct_layout {
     const index_t L = lanes();
     return static_cast<std::size_t>(g.cin * BH * Wp + (g.S - 1) * g.dw + L + L - 1) / L * L;
   }
-  /// dy of one image on the band's grid (cout x BR x Wp elements), transposed (kp x BR x Wout
+  /// dy of one image on the band's grid (cout x BR x Wp elements), transposed (BR x Wout x cout
   /// floats, klanes), or 0.
   std::size_t dyp_stride(const geometry& g) const noexcept {
     const index_t L = lanes();
-    if (klanes && !pairs) return static_cast<std::size_t>(BR * g.Wout * kp);
-    if (klanes) // the grid (channels grid_cs() apart), then its pairs transposed (kp x words)
-      return static_cast<std::size_t>(g.cout * grid_cs() + 2 * kp * pair_words() + L - 1) / L * L;
+    if (klanes && !pairs) return static_cast<std::size_t>(BR * g.Wout * g.cout);
+    if (klanes) // the grid (channels grid_cs() apart), then its pairs transposed (words x cout)
+      return static_cast<std::size_t>(g.cout * grid_cs() + 2 * g.cout * pair_words() + L - 1) / L *
+             L;
     return padded_dy ? static_cast<std::size_t>(g.cout * BR * Wp + L - 1) / L * L : 0;
   }
   /// Elements between two channels of dy on the grid: BR x Wp, made even for the pairs of
@@ -904,9 +904,28 @@ struct weight_direct_layout {
   index_t grid_cs() const noexcept { return klanes && pairs ? (BR * Wp + 1) / 2 * 2 : BR * Wp; }
   /// Pairs of grid positions of a band (klanes, pairs).
   index_t pair_words() const noexcept { return (BR * Wp + 1) / 2; }
-  /// dW sums of a thread: G x cout x kred floats, or G x kred x kp (klanes).
+  /// dW sums of a thread: G x cout x kred floats, or G x kred x cout (klanes).
   std::size_t sums_floats(const geometry& g) const noexcept {
-    return static_cast<std::size_t>(g.G * g.kred() * (klanes ? kp : g.cout));
+    return static_cast<std::size_t>(g.G * g.kred() * g.cout);
+  }
+  /// Bands: output rows BR per band, from the whole image halved until footprint(BR) (elements
+  /// a unit holds per image) is within budget, then evened out over the bands; BH their input
+  /// rows.
+  template <class Footprint>
+  void size_bands(const geometry& g, index_t budget, const Footprint& footprint) {
+    BR = g.Hout;
+    while (BR > 1 && footprint(BR) > budget) BR = (BR + 1) / 2;
+    bands = (g.Hout + BR - 1) / BR;
+    BR = (g.Hout + bands - 1) / bands;
+    BH = BR + (g.R - 1) * g.dh;
+  }
+  /// Blocks of images of at most `want` images: their number made a multiple of the threads
+  /// (N allowing) unless the bands already are, then the images evened out (block b: images
+  /// [N b / nblk, N (b + 1) / nblk)).
+  void size_blocks(const geometry& g, index_t threads, index_t want) {
+    nblk = (g.N + want - 1) / want;
+    if (bands * g.G % threads != 0) nblk = std::min(g.N, (nblk + threads - 1) / threads * threads);
+    NB = (g.N + nblk - 1) / nblk;
   }
   /// Bytes of the elements of a thread: NB bands and padded dy (a multiple of 64).
   std::size_t element_bytes(const geometry& g) const noexcept {
@@ -941,22 +960,15 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
     // much as the products, and the rows run on dy itself (measured, Zen 5, 1 -> 32 channels
     // at 28 x 28: 1.17x at 1 thread but 0.90x at 2, where both read dy at the memory's rate).
     d.klanes = true;
-    d.kp = g.cout;
     d.Wp = g.Wout + 2;
     const auto image = [&](index_t br) {
-      return g.cin * (br + (g.R - 1) * g.dh) * d.Wp + br * g.Wout * d.kp;
+      return g.cin * (br + (g.R - 1) * g.dh) * d.Wp + br * g.Wout * g.cout;
     };
-    d.BR = g.Hout;
-    while (d.BR > 1 && image(d.BR) > budget) d.BR = (d.BR + 1) / 2;
-    d.bands = (g.Hout + d.BR - 1) / d.BR;
-    d.BR = (g.Hout + d.bands - 1) / d.bands;
-    d.BH = d.BR + (g.R - 1) * g.dh;
+    d.size_bands(g, budget, image);
     const index_t fit = std::max<index_t>(1, budget / image(d.BR));
-    d.NB = std::clamp<index_t>((256 + d.BR * g.Wout - 1) / (d.BR * g.Wout), 1, std::min(fit, g.N));
-    d.nblk = (g.N + d.NB - 1) / d.NB;
-    if (d.bands * g.G % threads != 0) // blocks of images: a multiple of the threads, N allowing
-      d.nblk = std::min(g.N, (d.nblk + threads - 1) / threads * threads);
-    d.NB = (g.N + d.nblk - 1) / d.nblk;
+    d.size_blocks(
+        g, threads,
+        std::clamp<index_t>((256 + d.BR * g.Wout - 1) / (d.BR * g.Wout), 1, std::min(fit, g.N)));
     d.ok = true;
     return d;
   }
@@ -967,35 +979,25 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   // rows run one by one on dy itself, their tails masked.
   d.padded_dy = pairs || (d.Wp > g.Wout && g.kred() >= 32);
   const auto band = [&](index_t br) { return g.cin * (br + (g.R - 1) * g.dh) * d.Wp; };
-  d.BR = g.Hout;
-  while (d.BR > 1 && band(d.BR) > budget) d.BR = (d.BR + 1) / 2;
-  d.bands = (g.Hout + d.BR - 1) / d.BR;
-  d.BR = (g.Hout + d.bands - 1) / d.bands;
-  d.BH = d.BR + (g.R - 1) * g.dh;
+  d.size_bands(g, budget, band);
   // Vectors per image and register block.
   const index_t L = d.lanes();
   const index_t steps =
       d.Wp == g.Wout || d.padded_dy ? (d.BR * d.Wp + L - 1) / L : d.BR * ((g.Wout + L - 1) / L);
   const index_t fit = std::max<index_t>(1, budget / std::max<index_t>(1, band(d.BR)));
-  d.NB = std::clamp<index_t>((96 + steps - 1) / steps, 1, std::min(fit, g.N));
+  const index_t want = std::clamp<index_t>((96 + steps - 1) / steps, 1, std::min(fit, g.N));
   // Each register block ends in 24 lane sums and an update of the dW sums: under 48 vector
   // steps per block they cost more than the gathers and transposes of run_weight (measured,
   // Zen 5: 32 -> 64 channels at 14 x 14, 70 steps, 0.62 of oneDNN against 0.44; 256 channels
   // at 14 x 14, 14 steps, 0.32 against 0.80).
-  if (d.NB * steps < 48) return d;
-  d.nblk = (g.N + d.NB - 1) / d.NB;
-  if (d.bands * g.G % threads != 0) // blocks of images: a multiple of the threads, N allowing
-    d.nblk = std::min(g.N, (d.nblk + threads - 1) / threads * threads);
-  d.NB = (g.N + d.nblk - 1) / d.nblk; // block b: images [N b / nblk, N (b + 1) / nblk)
+  if (want * steps < 48) return d;
+  d.size_blocks(g, threads, want);
   d.ok = true;
   // bf16 pairs of grid positions with output channels along the lanes (weight_lanes_pairs):
   // 3-wide kernels of dilation 1, whole vectors of 16 channels; the same blocks of images
   // (blocks sized for L2 with both copies of dy, as for fp32, measured no faster: Zen 5,
   // 32 -> 64 channels at 14 x 14, 1.00x at 1 thread, 0.90-1.00x at 2).
-  if (pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0) {
-    d.klanes = true;
-    d.kp = g.cout;
-  }
+  if (pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0) d.klanes = true;
   return d;
 }
 
@@ -1453,7 +1455,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
             for (index_t k0 = 0; k0 < cout; k0 += 16) {
               for (index_t i = 0; i < 16; ++i) src[i] = dyimg + b * dy_ns + (k0 + i) * dy_cs;
-              const index_t blk = k0 / 64, kv = std::min<index_t>(64, d.kp - 64 * blk);
+              const index_t blk = k0 / 64, kv = std::min<index_t>(64, cout - 64 * blk);
               transpose16(src, rows * g.Wout, dt + blk * 64 * d.BR * g.Wout + k0 % 64, kv);
             }
             continue;
@@ -1490,19 +1492,19 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             for (index_t k0 = 0; k0 < cout; k0 += 16) {
               for (index_t i = 0; i < 16; ++i)
                 src[i] = reinterpret_cast<const float*>(dp + (k0 + i) * gcs);
-              const index_t blk = k0 / 64, kv = std::min<index_t>(64, d.kp - 64 * blk);
+              const index_t blk = k0 / 64, kv = std::min<index_t>(64, cout - 64 * blk);
               transpose16(src, words, tw + blk * 64 * pw + k0 % 64, kv);
             }
           }
-          float* sg = sums + gi * kred * d.kp;
+          float* sg = sums + gi * kred * cout;
           const auto* tw0 = reinterpret_cast<const std::uint32_t*>(dyp + cout * gcs);
-          lanes_blocks(d.kp, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
+          lanes_blocks(cout, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
             constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
             const E* xr[NR];
             for (int r = 0; r < NR; ++r) xr[r] = bands + off[(r0 + r) * 3];
             weight_lanes_pairs<KV, NR>(tw0 + v0 * 16 * pw, static_cast<index_t>(dyp_stride / 2), xr,
                                        static_cast<index_t>(band_stride), nb, words,
-                                       sg + r0 * 3 * d.kp + v0 * 16, d.kp);
+                                       sg + r0 * 3 * cout + v0 * 16, cout);
           });
           continue;
         }
@@ -1510,14 +1512,14 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
 #endif
       if constexpr (!pairs) {
         if (d.klanes) { // the channels along the lanes
-          float* sg = sums + gi * kred * d.kp;
-          lanes_blocks(d.kp, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
+          float* sg = sums + gi * kred * cout;
+          lanes_blocks(cout, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
             constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
             const float* xr[NR];
             for (int r = 0; r < NR; ++r) xr[r] = bands + off[(r0 + r) * 3];
             weight_lanes<KV, NR>(dyp + v0 * 16 * d.BR * g.Wout, static_cast<index_t>(dyp_stride),
                                  xr, static_cast<index_t>(band_stride), d.Wp, nb, rows, g.Wout,
-                                 sg + r0 * 3 * d.kp + v0 * 16, d.kp);
+                                 sg + r0 * 3 * cout + v0 * 16, cout);
           });
           continue;
         }
@@ -1581,13 +1583,14 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
   }
   // dw[k, kk] = alpha * (sum over threads, in order, of their sums).
   const float alpha = g.alpha;
-  // klanes: the sums of group gi, tap kk, channel k at (gi kred + kk) kp + k.
-  const index_t kp = d.klanes ? d.kp : 0;
+  // klanes: the sums of group gi, tap kk, channel k at (gi kred + kk) cout + k.
+  const bool klanes = d.klanes;
   Kokkos::parallel_for("tessera::conv2d_backward_weight[implicit direct sum]",
                        Kokkos::RangePolicy<Exec>(exec, 0, g.G * cout), [=](const index_t row) {
                          const index_t gi = row / cout, k = row % cout;
                          for (index_t kk = 0; kk < kred; ++kk) {
-                           const index_t at = kp ? (gi * kred + kk) * kp + k : row * kred + kk;
+                           const index_t at =
+                               klanes ? (gi * kred + kk) * cout + k : row * kred + kk;
                            float v = 0.f;
                            for (int p = 0; p < parts; ++p)
                              v += reinterpret_cast<const float*>(

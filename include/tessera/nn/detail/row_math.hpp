@@ -142,31 +142,30 @@ KOKKOS_INLINE_FUNCTION float row_max(const float* x, index_t n) {
 /// The sum of f(j) over 0 <= j < n: f(j) goes to partial sum j % 16, and the 16 partial sums
 /// are added pairwise (0 + 8, 1 + 9, ..., then 0 + 4, ...). Independent chains: the loop
 /// vectorises without reassociating anything; the fp32 error grows with n / 16 + 4 terms.
-template <class F>
-KOKKOS_INLINE_FUNCTION float lane_sum(const index_t n, const F& f) {
+/// Len: index_t, or std::integral_constant<index_t, N> (lane_sum<N>: the trip counts known).
+template <class Len, class F>
+KOKKOS_INLINE_FUNCTION float lane_sum_over(const Len n, const F& f) {
   constexpr index_t L = 16;
   float part[L] = {};
   index_t j = 0;
-  for (; j + L <= n; j += L)
+  for (; j + L <= index_t(n); j += L)
     for (index_t l = 0; l < L; ++l) part[l] += f(j + l);
-  for (index_t l = 0; j + l < n; ++l) part[l] += f(j + l);
+  for (index_t l = 0; j + l < index_t(n); ++l) part[l] += f(j + l);
   for (index_t w = L / 2; w > 0; w /= 2)
     for (index_t l = 0; l < w; ++l) part[l] += part[l + w];
   return part[0];
 }
 
-/// lane_sum over a compile-time length N (the loops' trip counts known to the compiler).
+/// lane_sum_over a run-time length n.
+template <class F>
+KOKKOS_INLINE_FUNCTION float lane_sum(const index_t n, const F& f) {
+  return lane_sum_over(n, f);
+}
+
+/// lane_sum_over a compile-time length N (the loops' trip counts known to the compiler).
 template <index_t N, class F>
 KOKKOS_INLINE_FUNCTION float lane_sum(const F& f) {
-  constexpr index_t L = 16;
-  float part[L] = {};
-  index_t j = 0;
-  for (; j + L <= N; j += L)
-    for (index_t l = 0; l < L; ++l) part[l] += f(j + l);
-  for (index_t l = 0; j + l < N; ++l) part[l] += f(j + l);
-  for (index_t w = L / 2; w > 0; w /= 2)
-    for (index_t l = 0; l < w; ++l) part[l] += part[l + w];
-  return part[0];
+  return lane_sum_over(std::integral_constant<index_t, N>{}, f);
 }
 
 /// Adjacent columns per work item of for_column_blocks on execution space Exec: 32 on the host
