@@ -156,28 +156,24 @@ TEST_CASE("team_schedule: the other team must win by more than the margin, by it
     CHECK(sch.switches() == 1);
     CHECK(sch.current());
   }
+  // The first probe of a schedule with the default settings, the whole team at 1.0 per item,
+  // the probe's steps at `rest` except its step `at`, which takes `outlier`.
+  const team_settings defaults{};
+  const auto first_probe = [&](index_t at, double outlier, double rest) {
+    team_schedule sch(defaults);
+    index_t probe_step = 0;
+    for (index_t i = 0; i < defaults.first_period + defaults.probe_steps; ++i)
+      sch.record(sch.reduced() ? (probe_step++ == at ? outlier : rest) : 1.0);
+    CHECK_FALSE(sch.probing()); // the probe is over: decided
+    return sch;
+  };
   // One slow step in a probe (a first step's allocations, a preempted step) does not decide it:
   // the median of three does.
-  {
-    team_schedule sch;
-    index_t probe_step = 0;
-    for (index_t i = 0; i < 19; ++i) {
-      const bool r = sch.reduced();
-      sch.record(r ? (probe_step++ == 0 ? 50.0 : 0.5) : 1.0);
-    }
-    CHECK(sch.switches() == 1);
-  }
-  // ... nor does one fast outlier.
-  {
-    team_schedule sch;
-    index_t probe_step = 0;
-    for (index_t i = 0; i < 19; ++i) {
-      const bool r = sch.reduced();
-      sch.record(r ? (probe_step++ == 1 ? 0.01 : 2.0) : 1.0);
-    }
-    CHECK(sch.switches() == 0);
-    CHECK(sch.period() == 64);
-  }
+  CHECK(first_probe(0, 50.0, 0.5).switches() == 1);
+  // ... nor does one fast outlier: no switch, the next probe 4 periods away.
+  const team_schedule kept = first_probe(1, 0.01, 2.0);
+  CHECK(kept.switches() == 0);
+  CHECK(kept.period() == 4 * defaults.first_period);
 }
 
 TEST_CASE("team_schedule and team_settings: bad input is refused and changes nothing",
