@@ -154,6 +154,51 @@ TEST_CASE("nn::Conv2d fp32: gradients match finite differences", "[nn][conv]") {
   }
 }
 
+// The bias gradient is summed image by image (each thread the images the passes around it
+// get), then over the batch per channel in order of b: against a double sum of dy, and the
+// same bits on every host space (Serial and the threaded one run the work items on different
+// teams), batches that do not divide among the threads, and a batch that shrinks between calls.
+TEST_CASE("nn::Conv2d: the bias gradient is dy's sum per channel, the same bits on every space",
+          "[nn][conv]") {
+  std::vector<std::vector<float>> first; // per batch: the first space's db
+  const auto on = [&](auto space) {
+    using Exec = decltype(space);
+    INFO("execution space " << Exec::name());
+    nn::Conv2d<3, 20, 3, nn::conv_options{.pad = 1}> conv(7);
+    std::size_t at = 0;
+    for (const index_t B : {index_t(37), index_t(64), index_t(5)}) {
+      INFO("batch " << B);
+      const index_t H = 9, W = 11;
+      auto x = tensor_from<fp32>(uniform_values(static_cast<std::size_t>(B * 3 * H * W), 70 + B),
+                                 dextents<4>(B, 3, H, W));
+      const auto y = conv.forward(Exec{}, x);
+      const auto r = uniform_values(static_cast<std::size_t>(y.size()), 80 + B);
+      conv.backward(Exec{}, tensor_from<fp32>(r, y.extents()), false);
+      const auto db = to_host(conv.bias().grad);
+      std::vector<float> got(20);
+      const index_t PQ = y.extent(2) * y.extent(3);
+      for (index_t k = 0; k < 20; ++k) {
+        double sum = 0, mag = 0;
+        for (index_t b = 0; b < B; ++b)
+          for (index_t i = 0; i < PQ; ++i) {
+            const double v = r[static_cast<std::size_t>((b * 20 + k) * PQ + i)];
+            sum += v;
+            mag += std::abs(v);
+          }
+        got[static_cast<std::size_t>(k)] = db(k);
+        // lane sums of PQ / 16 + 4 terms per plane, then B planes: each term's error is bounded
+        // by that many roundings of the partial sums, each at most u32 * mag.
+        const double bound = double(PQ / 16 + 5 + B) * u32 * mag;
+        CHECK(std::abs(double(db(k)) - sum) <= bound);
+      }
+      if (first.size() <= at) first.push_back(got);
+      CHECK(got == first[at]);
+      ++at;
+    }
+  };
+  std::apply([&](auto... spaces) { (on(spaces), ...); }, default_memory_exec_spaces{});
+}
+
 TEST_CASE("nn layers: PyTorch default init bounds, seed determinism", "[nn][init]") {
   const auto check = [](const auto& p, double bound) {
     const auto v = to_doubles(p.value);

@@ -201,20 +201,32 @@ public:
     const auto dq = dy_cast_(exec, dy);
     conv2d_backward_weight(exec, x_.conv_input(), dq.conv_input(), weight_.grad, params, ws_);
     // The bias gradient from dy itself (not its fp8 copy): sum over b, p, q per channel, each
-    // (b, channel) plane of P*Q summed in 16 lanes first (detail::lane_sum), then the planes:
-    // the fp32 error grows with P*Q/16 + 4 + B terms, not B*P*Q.
+    // (b, channel) plane of P*Q summed in 16 lanes first (detail::lane_sum), then the planes in
+    // order of b: the fp32 error grows with P*Q/16 + 4 + B terms, not B*P*Q. The planes are
+    // summed image by image, so that each thread reads the images the passes before and after
+    // give it (static schedules over images): split by channels instead, every thread read
+    // half of dy from the other core's cache, and the pass ran 1.25x faster on 2 threads than
+    // on 1 (AMD EPYC Zen 5). Then each channel's B plane sums are added in order of b: the same
+    // additions as one pass per channel, so the same bits on any team.
     const auto* d = dy.data();
     float* db = bias_.grad.data();
     const index_t B = out_[0], PQ = out_[2] * out_[3];
+    float* planes = plane_sums_.get(B * OutC);
+    Kokkos::parallel_for(
+        "tessera::nn::Conv2d::backward[bias planes]", Kokkos::RangePolicy<Exec>(exec, 0, B),
+        KOKKOS_LAMBDA(const index_t b) {
+          const auto* src = d; // a local: the sums' loop then vectorises
+          for (index_t k = 0; k < OutC; ++k) {
+            const auto* r = src + (b * OutC + k) * PQ;
+            planes[b * OutC + k] =
+                detail::lane_sum(PQ, [&](const index_t i) { return to_float(r[i]); });
+          }
+        });
     Kokkos::parallel_for(
         "tessera::nn::Conv2d::backward[bias]", Kokkos::RangePolicy<Exec>(exec, 0, OutC),
         KOKKOS_LAMBDA(const index_t k) {
-          const auto* src = d; // a local: the sums' loop then vectorises
           float acc = 0.f;
-          for (index_t b = 0; b < B; ++b) {
-            const auto* r = src + (b * OutC + k) * PQ;
-            acc += detail::lane_sum(PQ, [&](const index_t i) { return to_float(r[i]); });
-          }
+          for (index_t b = 0; b < B; ++b) acc += planes[b * OutC + k];
           db[k] = acc;
         });
     exec.fence();
@@ -277,6 +289,7 @@ private:
   detail::operand_caster<Prec, false> w_cast_, x_cast_;
   detail::operand_caster<Prec, true> dy_cast_;
   detail::buffer<fp32> sums_, dx_sums_; // only with a reduction and a non-fp32 activation
+  detail::raw_buffer<float, M> plane_sums_{"tessera::nn::Conv2d::plane_sums"}; // B x OutC
   conv2d_workspace<M> ws_;
   detail::operand<op_p, weight_extents> w_;
   detail::operand<op_p, dextents<4>> x_;
