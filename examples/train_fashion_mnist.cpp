@@ -191,7 +191,12 @@ struct batch_buffers {
   tessera::host_mirror_t<x_type> hx;
   Kokkos::View<int*> y;
   Kokkos::View<int*>::HostMirror hy;
-  void fill(const dataset& d, const std::vector<index_t>& order, index_t begin, index_t end) {
+  /// Gathers images order[begin .. end) and their labels. On a host space the images are
+  /// split over its team as the first layer's work is (contiguous ranges of the batch), so each
+  /// thread writes the images it then reads; a device space's batch is gathered on the host.
+  template <class Exec>
+  void fill(const Exec& exec, const dataset& d, const std::vector<index_t>& order, index_t begin,
+            index_t end) {
     const index_t b = end - begin;
     if (x.extent(0) != b) {
       x = x_type("batch.x", b);
@@ -199,15 +204,27 @@ struct batch_buffers {
       y = Kokkos::View<int*>("batch.y", static_cast<std::size_t>(b));
       hy = Kokkos::create_mirror_view(y);
     }
-    for (index_t i = 0; i < b; ++i) {
-      const index_t s = order[static_cast<std::size_t>(begin + i)];
-      const std::uint8_t* src = d.pixels.data() + s * 784;
-      float* dst = hx.data() + i * 784;
+    const std::uint8_t* pixels = d.pixels.data();
+    const index_t* rows = order.data() + begin;
+    float* to = hx.data();
+    const auto image = [=](const index_t i) {
+      const std::uint8_t* src = pixels + rows[i] * 784;
+      float* dst = to + i * 784;
       for (index_t k = 0; k < 784; ++k) dst[k] = normalised(src[k]);
-      hy(i) = d.y[static_cast<std::size_t>(s)];
+    };
+    if constexpr (Kokkos::SpaceAccessibility<Exec, Kokkos::HostSpace>::accessible) {
+      Kokkos::parallel_for("train_fashion_mnist::batch", Kokkos::RangePolicy<Exec>(exec, 0, b),
+                           image);
+      exec.fence();
+    } else {
+      for (index_t i = 0; i < b; ++i) image(i);
     }
+    for (index_t i = 0; i < b; ++i) hy(i) = d.y[static_cast<std::size_t>(rows[i])];
     tessera::copy_from_host(x, hx);
     Kokkos::deep_copy(y, hy);
+  }
+  void fill(const dataset& d, const std::vector<index_t>& order, index_t begin, index_t end) {
+    fill(Kokkos::DefaultHostExecutionSpace{}, d, order, begin, end);
   }
 };
 
@@ -344,11 +361,12 @@ int run(const options& o) {
     index_t seen = 0, steps = 0, skipped = 0;
     for (index_t b = 0; b < train_set.n; b += o.batch) {
       const index_t e = std::min(train_set.n, b + o.batch);
-      buf.fill(train_set, order, b, e);
       const bool first = steps == 0 && epoch == static_cast<int>(state.epoch) + 1;
       float l = 0;
-      // One step on the team the governor picks (see train/team.hpp).
+      // One step on the team the governor picks (see train/team.hpp), the batch's gather
+      // included.
       team.run(e - b, [&](const auto& ex) {
+        buf.fill(ex, train_set, order, b, e);
         const auto logits = model.forward(ex, buf.x);
         if (first)
           std::fprintf(stderr,
