@@ -46,8 +46,6 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace tessera::train {
@@ -142,7 +140,7 @@ private:
 
 namespace detail {
 /// The smaller team of Exec: `type` its space, make() the instance (nullopt: none).
-template <class Exec, class = void>
+template <class Exec>
 struct smaller_team {
   using type = Exec;
   static std::optional<type> make(const Exec&) { return std::nullopt; }
@@ -204,7 +202,8 @@ public:
       throw value_error("tessera::train::team_governor::run: items " + std::to_string(items) +
                         " is not >= 1");
     if (!reduced_) {
-      step(full_);
+      step(static_cast<const Exec&>(full_));
+      full_.fence();
       return;
     }
     const bool reduced = schedule_.reduced();
