@@ -9,6 +9,8 @@
 
 #include <tessera/config/kokkos_compat.hpp>
 #include <tessera/gemm/detail/problem.hpp>
+#include <tessera/precision/vector_convert.hpp> // convert_n (host forms)
+#include <tessera/simd/lanes.hpp>               // xsimd (host forms)
 
 #include <type_traits>
 
@@ -63,46 +65,92 @@ TESSERA_INLINE float direct_store_row(const Prob& pr, const float* acc, index_t 
   return mx;
 }
 
-/// Host form of gemm_direct when B's rows are contiguous (B(p, j) at b[p * ldb + j]): one work
-/// item per row of C and direct_rows_block columns, C(i, j0:j0+W) += A(i, p) * B(p, j0:j0+W)
-/// over p, a contiguous inner loop the compiler vectorises (the conv forward, 32 x 4096 x 9, and
-/// Linear's backward). 64 columns: 4 AVX-512 vectors of accumulators, and M = 32 rows of 4096
-/// columns still give 2048 work items to share between threads.
-inline constexpr index_t direct_rows_block = 64;
+#if !TESSERA_DEVICE_PASS
+/// Host form of gemm_direct when B's rows are contiguous (B(p, j) at b[p * ldb + j]): the conv
+/// forward (32 x 4096 x 9), the first convolution's col2im GEMM (9 x 50176 x 32), Linear's
+/// backward. A work item is up to direct_rows_group rows of C (M split into equal groups: M = 9
+/// is one group) and direct_rows_block columns (4 AVX-512 vectors of accumulators). B's block is
+/// read once per group, not once per row of C (a row at a time streamed all of B from memory M
+/// times), in panels of direct_rows_depth rows: fp32 rows are read in place; narrower storage is
+/// widened once per group by convert_n (vectorised, the same values as to_float) into an
+/// L1-resident float panel: decoding fp8 per element inside the FMA loop, once per row, cost 20x
+/// the products (the col2im GEMM in fp8: 0.9 GFLOP/s against bf16's 17). Each row of the group then
+/// runs over the panel with its accumulators in vector registers. Every C element is the sum over p
+/// in order of fused multiply-adds, as before. Host only (a plain lambda: convert_n and xsimd have
+/// no device form).
+inline constexpr index_t direct_rows_block = 64, direct_rows_group = 16, direct_rows_depth = 64;
 
 template <class Exec, class Prob>
 float gemm_direct_host_rows(const Exec& exec, const Prob& pr) {
-  constexpr index_t w = direct_rows_block;
+  constexpr index_t w = direct_rows_block, g = direct_rows_group, kc = direct_rows_depth;
+  using sb = std::remove_cv_t<std::remove_pointer_t<decltype(pr.b.data())>>;
   float amax = 0.f;
-  const index_t n = pr.n, k = pr.k, ldb = pr.b.stride(0);
-  const index_t nblk = (n + w - 1) / w;
-  const auto* const b = pr.b.data();
-  const auto body = KOKKOS_LAMBDA(const index_t item, float& mx) {
-    const index_t i = item / nblk, j0 = (item % nblk) * w;
-    const index_t nj = n - j0 < w ? n - j0 : w;
-    float acc[w];
-    for (index_t j = 0; j < w; ++j) acc[j] = 0.f;
-    if (nj == w) {
-      for (index_t p = 0; p < k; ++p) {
-        const float av = to_float(pr.a(i, p));
-        const auto* const br = b + p * ldb + j0;
-        for (index_t j = 0; j < w; ++j) acc[j] += av * to_float(br[j]);
+  const index_t m = pr.m, n = pr.n, k = pr.k, ldb = pr.b.stride(0);
+  const index_t nblk = (n + w - 1) / w, ngrp = (m + g - 1) / g, rows = (m + ngrp - 1) / ngrp;
+  const sb* const b = pr.b.data();
+  const auto body = [=](const index_t item, float& mx) {
+    const index_t i0 = (item / nblk) * rows, j0 = (item % nblk) * w;
+    const index_t nj = n - j0 < w ? n - j0 : w, ni = m - i0 < rows ? m - i0 : rows;
+    alignas(64) float acc[g][w];
+    alignas(64) float panel[kc][w];
+    const float* brow[kc];
+    if (k == 0) // no panel to start the sums: C = beta C
+      for (index_t r = 0; r < ni; ++r)
+        for (index_t j = 0; j < w; ++j) acc[r][j] = 0.f;
+    if (nj < w) // columns past C's edge: multiplied, never stored
+      for (index_t p = 0; p < kc; ++p)
+        for (index_t j = nj; j < w; ++j) panel[p][j] = 0.f;
+    for (index_t p0 = 0; p0 < k; p0 += kc) {
+      const index_t kn = k - p0 < kc ? k - p0 : kc;
+      for (index_t p = 0; p < kn; ++p) {
+        const sb* const src = b + (p0 + p) * ldb + j0;
+        if constexpr (std::is_same_v<sb, float>) {
+          if (nj == w) {
+            brow[p] = src;
+            continue;
+          }
+          std::memcpy(panel[p], src, static_cast<std::size_t>(nj) * sizeof(float));
+        } else {
+          convert_n<fp32>(src, panel[p], static_cast<std::size_t>(nj));
+        }
+        brow[p] = panel[p];
       }
-    } else {
-      for (index_t p = 0; p < k; ++p) {
-        const float av = to_float(pr.a(i, p));
-        const auto* const br = b + p * ldb + j0;
-        for (index_t j = 0; j < nj; ++j) acc[j] += av * to_float(br[j]);
+      for (index_t r = 0; r < ni; ++r) {
+        // The row's accumulators in vector registers (written out with xsimd: GCC 12 unrolls a
+        // plain loop over them into scalar FMAs).
+        float* const ar = acc[r];
+        if constexpr (simd::available) {
+          using fv = xsimd::batch<float>;
+          constexpr index_t nv = w / static_cast<index_t>(fv::size);
+          static_assert(nv * static_cast<index_t>(fv::size) == w, "a block is whole vectors");
+          fv v[nv];
+          for (index_t u = 0; u < nv; ++u)
+            v[u] = p0 == 0 ? fv(0.f) : fv::load_aligned(ar + u * fv::size);
+          for (index_t p = 0; p < kn; ++p) {
+            const fv av(to_float(pr.a(i0 + r, p0 + p)));
+            for (index_t u = 0; u < nv; ++u)
+              v[u] = xsimd::fma(av, fv::load_unaligned(brow[p] + u * fv::size), v[u]);
+          }
+          for (index_t u = 0; u < nv; ++u) v[u].store_aligned(ar + u * fv::size);
+        } else {
+          if (p0 == 0)
+            for (index_t j = 0; j < w; ++j) ar[j] = 0.f;
+          for (index_t p = 0; p < kn; ++p) {
+            const float av = to_float(pr.a(i0 + r, p0 + p));
+            for (index_t j = 0; j < w; ++j) ar[j] += av * brow[p][j];
+          }
+        }
       }
     }
-    mx = direct_store_row(pr, acc, i, j0, nj, mx); // (mx is memory C's stores could alias)
+    for (index_t r = 0; r < ni; ++r) mx = direct_store_row(pr, acc[r], i0 + r, j0, nj, mx);
   };
   Kokkos::parallel_reduce("tessera::gemm[direct rows]",
-                          Kokkos::RangePolicy<Exec>(exec, 0, pr.m * nblk), body,
+                          Kokkos::RangePolicy<Exec>(exec, 0, ngrp * nblk), body,
                           Kokkos::Max<float>(amax));
   exec.fence();
   return amax;
 }
+#endif
 
 /// Host form of gemm_direct when A's rows and B's columns are contiguous (C(i, j) is a dot
 /// product of two contiguous vectors: the conv weight gradient, 32 x 9 x 50000, and Linear's
@@ -170,7 +218,9 @@ float gemm_direct(const Exec& exec, const Prob& pr) {
   if (pr.m == 0 || pr.n == 0) return amax;
   if constexpr (is_host_exec_v<Exec>) {
     // Raw pointers and contiguous inner loops where the operands allow them.
+#if !TESSERA_DEVICE_PASS
     if (pr.b.stride(1) == 1 && pr.n > 1) return gemm_direct_host_rows(exec, pr);
+#endif
     if (pr.a.stride(1) == 1 && pr.b.stride(0) == 1 && pr.k > 1)
       return gemm_direct_host_dots(exec, pr);
   }
