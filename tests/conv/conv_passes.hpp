@@ -9,9 +9,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -91,6 +93,104 @@ void check_dw_with_nonfinite_x(const conv_shape& s, index_t second) {
     }
     CHECK(finite > 0);
     CHECK(nonfinite > 0);
+  }
+}
+
+/// Depthwise shapes for the host forms of the direct kernels (conv/detail/direct_host.hpp):
+/// rows shorter than, equal to and longer than a run of 64 outputs (several runs and a partial
+/// one), kernels 1..7 wide with dilation up to 3, padding up to 3, row stride 1 or 2, channel
+/// multiplier 1 or 2; every fifth shape has column stride 2 (the portable kernels), and one
+/// reaches past the buffers' 64 columns ((S - 1) * dilation = 66: portable kernels too).
+inline std::vector<conv_shape> depthwise_shapes(std::uint64_t seed, int count) {
+  std::mt19937_64 rng(seed);
+  const auto in = [&](index_t lo, index_t hi) {
+    return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+  };
+  constexpr index_t widths[] = {1, 5, 17, 63, 64, 65, 70, 129, 130};
+  std::vector<conv_shape> shapes;
+  for (int i = 0; i < count; ++i) {
+    conv_shape s;
+    s.N = in(1, 3);
+    s.prm.groups = s.C = in(1, 6);
+    s.K = s.C * in(1, 2);
+    s.R = in(1, 5), s.S = in(1, 7);
+    s.prm.dilation_h = in(1, 2), s.prm.dilation_w = in(1, 3);
+    s.prm.stride_h = in(1, 2), s.prm.stride_w = i % 5 == 4 ? 2 : 1;
+    s.prm.pad_top = in(0, 3), s.prm.pad_bottom = in(0, 3);
+    s.prm.pad_left = in(0, 3), s.prm.pad_right = in(0, 3);
+    s.W = widths[static_cast<std::size_t>(i) % std::size(widths)];
+    s.W = std::max(s.W, (s.S - 1) * s.prm.dilation_w + 1 - s.prm.pad_left - s.prm.pad_right);
+    s.H = in(
+        std::max<index_t>(1, (s.R - 1) * s.prm.dilation_h + 1 - s.prm.pad_top - s.prm.pad_bottom),
+        12);
+    shapes.push_back(s);
+  }
+  conv_shape far; // taps reaching 66 columns
+  far.N = 1, far.C = far.K = far.prm.groups = 2, far.H = 4, far.W = 90, far.R = 1, far.S = 3;
+  far.prm.dilation_w = 33, far.prm.pad_left = far.prm.pad_right = 5;
+  shapes.push_back(far);
+  return shapes;
+}
+
+/// All three passes of a depthwise convolution (3 x 3 on 70 x 6 images, padding 1, 4 channels)
+/// with Inf, -Inf or NaN placed in a weight tap, in x at a row's ends and in dy at a row's ends:
+/// each output entry finite in the reference within the fp32 bound, the others of the same kind
+/// (NaN where NaN, Inf of the same sign); a padded zero must never meet a non-finite value into
+/// NaN where the true sum has no such term. Both kinds must occur in each pass.
+template <class P>
+void check_depthwise_nonfinite() {
+  const float inf = std::numeric_limits<float>::infinity();
+  conv_shape s;
+  s.N = 2, s.C = s.K = s.prm.groups = 4, s.H = 6, s.W = 70, s.R = s.S = 3;
+  s.prm.pad_top = s.prm.pad_bottom = s.prm.pad_left = s.prm.pad_right = 1;
+  const auto compare = [](const char* what, const std::vector<double>& got,
+                          const reference_result& ref, index_t L) {
+    INFO(what);
+    int finite = 0, nonfinite = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      const double r = ref.value[e], v = got[e];
+      INFO("entry " << e << ": " << v << ", reference " << r);
+      if (std::isfinite(r)) {
+        ++finite;
+        REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
+      } else {
+        ++nonfinite;
+        REQUIRE(std::isnan(v) == std::isnan(r));
+        if (!std::isnan(r)) REQUIRE(v == r);
+      }
+    }
+    CHECK(finite > 0);
+    CHECK(nonfinite > 0);
+  };
+  const Kokkos::DefaultExecutionSpace exec;
+  for (const float bad : {inf, -inf, std::numeric_limits<float>::quiet_NaN()}) {
+    INFO(precision_traits<P>::name << " operands, one value of each holds " << bad);
+    auto x = random_tensor<P>(81, s.N, s.C, s.H, s.W);
+    auto w = random_tensor<P>(82, s.K, 1, s.R, s.S);
+    auto dy = random_tensor<P>(83, s.N, s.K, s.P(), s.Q());
+    const auto code = from_float<P, overflow_to_inf_nan>(bad); // fp8 saturates by default
+    auto xh = host_mirror_copy(x);
+    auto wh = host_mirror_copy(w);
+    auto yh = host_mirror_copy(dy);
+    wh(1, 0, 0, 2) = code;       // a tap that meets the right padding
+    xh(1, 2, 3, s.W - 1) = code; // a row's last column
+    xh(0, 3, 0, 0) = code;       // a row's first column
+    yh(1, 0, 4, s.Q() - 1) = code;
+    yh(0, 2, 5, 0) = code;
+    copy_from_host(x, xh), copy_from_host(w, wh), copy_from_host(dy, yh);
+    const auto xd = to_doubles(x), wd = to_doubles(w), dyd = to_doubles(dy);
+
+    tensor4<fp32> y("y", s.N, s.K, s.P(), s.Q());
+    conv2d_forward(exec, x, w, y, s.prm);
+    compare("forward", to_doubles(y), reference_conv2d_forward(s, xd, wd, {}), s.R * s.S + 2);
+    tensor4<fp32> dx("dx", s.N, s.C, s.H, s.W);
+    conv2d_backward_data(exec, dy, w, dx, s.prm);
+    compare("backward_data", to_doubles(dx), reference_conv2d_backward_data(s, dyd, wd),
+            s.R * s.S + 2);
+    tensor4<fp32> dw("dw", s.K, 1, s.R, s.S);
+    conv2d_backward_weight(exec, x, dy, dw, s.prm);
+    compare("backward_weight", to_doubles(dw), reference_conv2d_backward_weight(s, xd, dyd),
+            s.N * s.P() * s.Q() + 2);
   }
 }
 

@@ -32,6 +32,25 @@ TEMPLATE_LIST_TEST_CASE("conv2d fp32 on every enabled execution space matches th
   random_cases<fp32, fp32, fp32, TestType>(2, 30);
 }
 
+TEST_CASE("depthwise conv2d fp32: runs of 64 columns, padding, dilation and strides",
+          "[conv][fp32][depthwise]") {
+  // The host forms of the direct kernels (conv/detail/direct_host.hpp) and, for column stride 2
+  // and a reach past 64 columns, the portable ones, on every enabled execution space.
+  int i = 0;
+  for (const conv_shape& s : depthwise_shapes(61, 40)) {
+    check_all_passes<fp32, fp32, fp32>(Kokkos::DefaultExecutionSpace{}, s, 6100 + i, budgets[0]);
+    using first_space = std::tuple_element_t<0, default_memory_exec_spaces>;
+    if constexpr (!std::is_same_v<first_space, Kokkos::DefaultExecutionSpace>)
+      if (i % 3 == 0) check_all_passes<fp32, fp32, fp32>(first_space{}, s, 6100 + i, budgets[0]);
+    ++i;
+  }
+}
+
+TEST_CASE("depthwise conv2d fp32 with Inf and NaN: only true pairs are multiplied",
+          "[conv][fp32][depthwise]") {
+  check_depthwise_nonfinite<fp32>();
+}
+
 TEST_CASE("conv2d fp32 with 16-64 channels per group (implicit GEMM on the host)",
           "[conv][fp32][implicit]") {
   std::mt19937_64 rng(9);

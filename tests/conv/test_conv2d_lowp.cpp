@@ -24,6 +24,29 @@ TEST_CASE("conv2d fp8: all passes match the reference on random shapes", "[conv]
   random_cases<fp8_e5m2, fp8_e5m2, fp8_e5m2>(5, 40);
 }
 
+TEST_CASE("depthwise conv2d bf16, fp8 and mixed: runs of 64 columns, padding, dilation",
+          "[conv][depthwise]") {
+  // The host forms of the direct kernels widen bf16 and fp8 rows with convert_n and round the
+  // outputs with it (conv/detail/direct_host.hpp).
+  int i = 0;
+  for (const conv_shape& s : depthwise_shapes(62, 24)) {
+    const std::uint64_t seed = 6200 + static_cast<std::uint64_t>(4 * i);
+    check_all_passes<bf16, bf16, bf16>(Kokkos::DefaultExecutionSpace{}, s, seed, budgets[0]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(Kokkos::DefaultExecutionSpace{}, s, seed + 1,
+                                                   budgets[0]);
+    if (i % 2 == 0)
+      check_all_passes<fp32, bf16, fp8_e4m3>(Kokkos::DefaultExecutionSpace{}, s, seed + 2,
+                                             budgets[0]);
+    ++i;
+  }
+}
+
+TEST_CASE("depthwise conv2d bf16 and fp8 with Inf and NaN: only true pairs are multiplied",
+          "[conv][depthwise]") {
+  check_depthwise_nonfinite<bf16>();
+  check_depthwise_nonfinite<fp8_e5m2>(); // e4m3 has no infinity
+}
+
 TEST_CASE("conv2d fp16: all passes match the reference on random shapes", "[conv][fp16]") {
   random_cases<fp16, fp16, fp16>(11, 60);
 }

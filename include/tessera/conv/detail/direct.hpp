@@ -7,10 +7,13 @@
 ///
 /// Each thread owns a row of outputs and accumulates a chunk of it in a local array, kernel tap
 /// by kernel tap, over the range of positions the tap keeps inside the image: the innermost loops
-/// are branch-free and unit-stride for stride 1, so they vectorise.
+/// are branch-free and unit-stride for stride 1, so they vectorise. On host spaces, unit column
+/// strides take the forms of conv/detail/direct_host.hpp (rows widened once into padded
+/// buffers, full-width vector taps).
 /// Private: called by conv2d_* after the argument checks (operands are row-major within each
 /// image / filter, see detail::require_rowmajor).
 
+#include <tessera/conv/detail/direct_host.hpp>
 #include <tessera/conv/im2col.hpp>
 #include <tessera/conv/params.hpp>
 #include <tessera/tensor.hpp>
@@ -29,6 +32,13 @@ void direct_cg1_forward(const Exec& exec, const XV& x, const WV& w, const BV& bi
   const index_t Kg = K / prm.groups;
   const index_t sh = prm.stride_h, sw = prm.stride_w, dh = prm.dilation_h, dw = prm.dilation_w;
   const index_t pt = prm.pad_top, pl = prm.pad_left;
+#if !TESSERA_DEVICE_PASS
+  if constexpr (is_host_exec_v<Exec>)
+    if (direct_host_applies(prm, w.extent(2), w.extent(3), false)) {
+      direct_cg1_forward_host<HasBias>(exec, x, w, bias, y, prm, alpha, epi);
+      return;
+    }
+#endif
   using py = typename YV::precision;
   Kokkos::parallel_for(
       "tessera::conv2d_forward[direct]",
@@ -76,6 +86,13 @@ void direct_cg1_backward_data(const Exec& exec, const DYV& dy, const WV& w, cons
   const index_t R = w.extent(2), S = w.extent(3), Kg = K / prm.groups;
   const index_t sh = prm.stride_h, sw = prm.stride_w, dh = prm.dilation_h, dw = prm.dilation_w;
   const index_t pt = prm.pad_top, pl = prm.pad_left;
+#if !TESSERA_DEVICE_PASS
+  if constexpr (is_host_exec_v<Exec>)
+    if (direct_host_applies(prm, R, S, true)) {
+      direct_cg1_backward_data_host(exec, dy, w, dx, prm, alpha);
+      return;
+    }
+#endif
   using px = typename DXV::precision;
   Kokkos::parallel_for(
       "tessera::conv2d_backward_data[direct]",
@@ -175,6 +192,13 @@ template <class Exec, class XV, class DYV, class DWV>
 void direct_cg1_backward_weight(const Exec& exec, const XV& x, const DYV& dy, const DWV& dw,
                                 const conv2d_params& prm, float alpha) {
   const index_t R = dw.extent(2), S = dw.extent(3);
+#if !TESSERA_DEVICE_PASS
+  if constexpr (is_host_exec_v<Exec>)
+    if (direct_host_applies(prm, R, S, false)) {
+      direct_cg1_backward_weight_host(exec, x, dy, dw, prm, alpha);
+      return;
+    }
+#endif
   if (R * S > direct_max_taps) {
     direct_cg1_backward_weight_per_tap(exec, x, dy, dw, prm, alpha);
     return;
