@@ -74,6 +74,18 @@ inline void widen_segment(const S* row, index_t len, index_t start, index_t coun
   for (index_t i = b; i < count; ++i) dst[i] = 0.f;
 }
 
+/// Asks for a plane of rows x cols elements (row stride ld) to be brought into L2 while the
+/// current plane is computed: the backward-weight's work item reads an x and a dy plane per
+/// image, 12 KiB each on dw3x3_56, short streams 1.6 MB apart, and its row copies took 40% of
+/// its time waiting on memory; asking for the next image's planes took 10% off (Zen 5). The
+/// forward and backward-data items, one plane each, ran 10% slower with it and do not ask.
+template <class S>
+inline void prefetch_plane(const S* p, index_t rows, index_t cols, index_t ld) {
+  constexpr index_t line = 64 / static_cast<index_t>(sizeof(S));
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; c += line) __builtin_prefetch(p + r * ld + c, 0, 2);
+}
+
 /// True if x is neither Inf nor NaN (from its bits: unaffected by -ffinite-math-only).
 inline bool finite_value(float x) {
   std::uint32_t u;
@@ -384,6 +396,10 @@ void direct_cg1_backward_weight_host(const Exec& exec, const XV& x, const DYV& d
     for (index_t n = 0; n < N; ++n) {
       const auto* xc = xd + n * xs0 + (k / Kg) * xs1;
       const auto* yc = yd + n * ys0 + k * ys1;
+      if (n + 1 < N) {
+        direct_host::prefetch_plane(xc + xs0, H, W, xs2);
+        direct_host::prefetch_plane(yc + ys0, P, Q, ys2);
+      }
       for (index_t q0 = 0; q0 < Q; q0 += run) {
         const index_t qn = Q - q0 < run ? Q - q0 : run;
         for (index_t op0 = 0; op0 < P; op0 += band) {
