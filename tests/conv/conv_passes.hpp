@@ -58,6 +58,29 @@ void check_all_passes(const Exec& exec, const conv_shape& s, std::uint64_t seed,
   require_within_bound("backward_bias", db, reference_conv2d_backward_bias(s, dyd), L_weight);
 }
 
+/// Compares a result holding Inf or NaN with the reference kind by kind: entries finite in the
+/// reference within the fp32 bound for L terms, the others of the same kind (NaN where NaN, Inf
+/// of the same sign); both kinds must occur.
+inline void check_kind_by_kind(const char* what, const std::vector<double>& got,
+                               const reference_result& ref, index_t L) {
+  INFO(what);
+  int finite = 0, nonfinite = 0;
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    const double r = ref.value[e], v = got[e];
+    INFO("entry " << e << ": " << v << ", reference " << r);
+    if (std::isfinite(r)) {
+      ++finite;
+      REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
+    } else {
+      ++nonfinite;
+      REQUIRE(std::isnan(v) == std::isnan(r));
+      if (!std::isnan(r)) REQUIRE(v == r);
+    }
+  }
+  CHECK(finite > 0);
+  CHECK(nonfinite > 0);
+}
+
 /// conv2d_backward_weight (fp32 dW) of x in precision PX with Inf, -Inf or NaN placed at image 2,
 /// channel 5, row 7, last column (where dot products over padded rows reach a zero of dy) and at
 /// image `second`, channel 9, (0, 0): entries finite in the reference within the fp32 bound,
@@ -76,23 +99,9 @@ void check_dw_with_nonfinite_x(const conv_shape& s, index_t second) {
     tensor4<fp32> dw("dw", s.K, s.C, s.R, s.S);
     conv2d_workspace<> ws;
     conv2d_backward_weight(Kokkos::DefaultExecutionSpace{}, x, dy, dw, s.prm, ws);
-    const auto ref = reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy));
-    const auto got = to_doubles(dw);
-    const index_t L = s.N * s.P() * s.Q() + 2;
-    int finite = 0, nonfinite = 0;
-    for (std::size_t e = 0; e < got.size(); ++e) {
-      const double r = ref.value[e], v = got[e];
-      if (std::isfinite(r)) {
-        ++finite;
-        REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
-      } else {
-        ++nonfinite;
-        REQUIRE(std::isnan(v) == std::isnan(r));
-        if (!std::isnan(r)) REQUIRE(v == r);
-      }
-    }
-    CHECK(finite > 0);
-    CHECK(nonfinite > 0);
+    check_kind_by_kind("backward_weight", to_doubles(dw),
+                       reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy)),
+                       s.N * s.P() * s.Q() + 2);
   }
 }
 
@@ -143,25 +152,6 @@ void check_depthwise_nonfinite() {
   conv_shape s;
   s.N = 2, s.C = s.K = s.prm.groups = 4, s.H = 6, s.W = 70, s.R = s.S = 3;
   s.prm.pad_top = s.prm.pad_bottom = s.prm.pad_left = s.prm.pad_right = 1;
-  const auto compare = [](const char* what, const std::vector<double>& got,
-                          const reference_result& ref, index_t L) {
-    INFO(what);
-    int finite = 0, nonfinite = 0;
-    for (std::size_t e = 0; e < got.size(); ++e) {
-      const double r = ref.value[e], v = got[e];
-      INFO("entry " << e << ": " << v << ", reference " << r);
-      if (std::isfinite(r)) {
-        ++finite;
-        REQUIRE(std::abs(v - r) <= error_bound<fp32>(r, ref.abs[e], L));
-      } else {
-        ++nonfinite;
-        REQUIRE(std::isnan(v) == std::isnan(r));
-        if (!std::isnan(r)) REQUIRE(v == r);
-      }
-    }
-    CHECK(finite > 0);
-    CHECK(nonfinite > 0);
-  };
   const Kokkos::DefaultExecutionSpace exec;
   for (const float bad : {inf, -inf, std::numeric_limits<float>::quiet_NaN()}) {
     INFO(precision_traits<P>::name << " operands, one value of each holds " << bad);
@@ -182,15 +172,16 @@ void check_depthwise_nonfinite() {
 
     tensor4<fp32> y("y", s.N, s.K, s.P(), s.Q());
     conv2d_forward(exec, x, w, y, s.prm);
-    compare("forward", to_doubles(y), reference_conv2d_forward(s, xd, wd, {}), s.R * s.S + 2);
+    check_kind_by_kind("forward", to_doubles(y), reference_conv2d_forward(s, xd, wd, {}),
+                       s.R * s.S + 2);
     tensor4<fp32> dx("dx", s.N, s.C, s.H, s.W);
     conv2d_backward_data(exec, dy, w, dx, s.prm);
-    compare("backward_data", to_doubles(dx), reference_conv2d_backward_data(s, dyd, wd),
-            s.R * s.S + 2);
+    check_kind_by_kind("backward_data", to_doubles(dx), reference_conv2d_backward_data(s, dyd, wd),
+                       s.R * s.S + 2);
     tensor4<fp32> dw("dw", s.K, 1, s.R, s.S);
     conv2d_backward_weight(exec, x, dy, dw, s.prm);
-    compare("backward_weight", to_doubles(dw), reference_conv2d_backward_weight(s, xd, dyd),
-            s.N * s.P() * s.Q() + 2);
+    check_kind_by_kind("backward_weight", to_doubles(dw),
+                       reference_conv2d_backward_weight(s, xd, dyd), s.N * s.P() * s.Q() + 2);
   }
 }
 
