@@ -54,6 +54,8 @@ inline constexpr index_t MR = kern::MR, NR = kern::NR, KC = kern::KC;
 /// and the C block (MC x up to 256 channels, 224 KiB) then share the 1-2 MiB L2 with the
 /// slice of packed weights the micro-kernels stream (KC x 32 floats, 32 KiB, per panel).
 inline constexpr index_t MC = MR * 16;
+/// Output slots per band of the AMX direct form (rows of the band: amx_slots / slots a row).
+inline constexpr index_t amx_slots = 256;
 
 /// Sizes and index maps of one implicit convolution (see the file comment).
 struct geometry {
@@ -309,39 +311,62 @@ inline void transpose16(const float* const* rows, index_t n, float* dst, index_t
 /// The band layout of the direct path (see above).
 struct direct_layout {
   bool ok = false;        ///< the direct path applies (stride 1 or 2, waste under 25%)
+  bool amx = false;       ///< AMX tiles of bf16 pairs (see "AMX tiles" below)
   index_t planes = 0;     ///< planes of the band: cin, or (cin + 1) / 2 channel pairs
   index_t SP = 0;         ///< slots per output row
   index_t rows = 0;       ///< output rows per band (unit)
   index_t bands = 0;      ///< bands per image
   index_t BH = 0, Wp = 0; ///< rows and row length of the padded band
-  index_t cap = 0;        ///< slots of a C block: rows * SP rounded up to MR, then to 16
+  index_t cap = 0;        ///< slots of a C block: rows * SP rounded up to MR, then to 16 (AMX: 32)
   index_t units(const geometry& g) const noexcept { return g.N * g.G * bands; }
+  /// Planes the reduction runs over: AMX tiles take 16 pair planes a step (zeros past planes).
+  index_t tile_planes() const noexcept { return amx ? (planes + 15) / 16 * 16 : planes; }
+  /// Band offset of slot i: output row i / SP, column i % SP (any slot when linear).
+  index_t slot_offset(const geometry& g, index_t i) const noexcept {
+    return i / SP * g.sh * Wp + i % SP * g.sw;
+  }
   /// Floats of the band with slack for the garbage slots' reads past its end.
   std::size_t band_floats(const geometry& g) const noexcept {
-    return static_cast<std::size_t>(planes * BH * Wp + cap * g.sw + 16);
+    if (!amx) return static_cast<std::size_t>(planes * BH * Wp + cap * g.sw + 16);
+    // A tile reads 16 words from slot i's offset in each of 16 planes, up to slot cap - 1.
+    const index_t last = ((tile_planes() - 1) * BH + (g.R - 1) * g.dh) * Wp +
+                         slot_offset(g, cap - 16) + (g.S - 1) * g.dw + 16;
+    return static_cast<std::size_t>(std::max(tile_planes() * BH * Wp, last) + 16);
   }
-  /// Steps of the reduction: one per (plane, r, s).
-  index_t steps(const geometry& g) const noexcept { return planes * g.R * g.S; }
+  /// Steps of the reduction: one per (plane, r, s); AMX: one per (16 planes, r, s).
+  index_t steps(const geometry& g) const noexcept {
+    return (amx ? tile_planes() / 16 : planes) * g.R * g.S;
+  }
+  /// 32-bit words of the packed weights (all groups).
+  std::size_t packed_words(const geometry& g) const noexcept {
+    return static_cast<std::size_t>(g.G * steps(g) * g.npad() * (amx ? 16 : 1));
+  }
   /// Per thread: band, C block (cap x npad) and its transpose (npad x cap).
   std::size_t part_floats(const geometry& g) const noexcept {
     return (band_floats(g) + 15) / 16 * 16 + 2 * static_cast<std::size_t>(cap * g.npad());
   }
 };
 
-/// The layout of fp32 bands, or of bf16 channel pairs when `pairs`; even_rows: bands of an even
-/// number of output rows (all but a last one of odd Hout), for a consumer of row pairs.
+/// The layout of fp32 bands, or of bf16 channel pairs when `pairs` (AMX tiles when `amx`);
+/// even_rows: bands of an even number of output rows (all but a last one of odd Hout), for a
+/// consumer of row pairs.
 inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
-                                       bool even_rows = false) {
+                                       bool even_rows = false, bool amx = false) {
   direct_layout d;
+  d.amx = pairs && amx;
   d.planes = pairs ? (g.cin + 1) / 2 : g.cin;
   if (g.sh < 1 || g.sh > 2 || g.sw < 1 || g.sw > 2 || g.Wout < 1 || g.Hout < 1) return d;
-  const index_t row_sp = (g.Wout + MR - 1) / MR * MR;
+  // Slots come in micro-panels of MR (AMX: tiles of 16, one tile row = 16 consecutive words of
+  // the band, so unit column stride only).
+  const index_t unit = d.amx ? 16 : MR;
+  if (d.amx && (g.sw != 1 || 4 * d.tile_planes() > 5 * d.planes)) return d;
+  const index_t row_sp = (g.Wout + unit - 1) / unit * unit;
   const index_t lin_wp = g.Wout + (g.S - 1) * g.dw;
-  const bool linear = g.sh == 1 && g.sw == 1 && lin_wp < row_sp;
+  const bool linear = g.sh == 1 && g.sw == 1 && (d.amx ? lin_wp <= row_sp : lin_wp < row_sp);
   d.SP = linear ? lin_wp : row_sp;
   d.Wp = linear ? lin_wp : (row_sp - 1) * g.sw + (g.S - 1) * g.dw + 1;
   if (4 * d.SP > 5 * g.Wout) return d; // more than 25% of the products wasted
-  const index_t per = std::max<index_t>(1, MC / d.SP);
+  const index_t per = std::max<index_t>(1, (d.amx ? amx_slots : MC) / d.SP);
   d.bands = (g.Hout + per - 1) / per;
   d.rows = (g.Hout + d.bands - 1) / d.bands;
   if (even_rows && d.rows % 2 != 0 && d.rows < g.Hout) { // every band starts at an even row
@@ -349,7 +374,8 @@ inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
     d.bands = (g.Hout + d.rows - 1) / d.rows;
   }
   d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
-  d.cap = ((d.rows * d.SP + MR - 1) / MR * MR + 15) / 16 * 16;
+  d.cap =
+      d.amx ? (d.rows * d.SP + 31) / 32 * 32 : ((d.rows * d.SP + MR - 1) / MR * MR + 15) / 16 * 16;
   d.ok = true;
   return d;
 }
@@ -565,11 +591,82 @@ void pack_weight_pairs(const Exec& exec, const geometry& g, const direct_layout&
         }
       });
 }
+
+#if TESSERA_GEMM_AMX
+// AMX tiles (CPUs with usable AMX-BF16): the same band of channel pairs, read by the tiles in
+// place. A tile row is 64 bytes, 16 words: one pair plane's words of 16 consecutive slots (so
+// unit column stride), and the 16 rows of a B tile are 16 pair planes, the band's plane stride
+// apart: B(pair plane, slot) for one tap (r, s) is a strided tile load from the band, no
+// im2col. The A tiles are the weights, 16 output channels x 16 pair planes of one tap, packed
+// once per call; TDPBF16PS then adds C(channel, slot) += the two channels' products of each
+// pair plane, so the C tiles are channel rows of slots, stored as they are (no transpose).
+// A register block is 32 channels x 32 slots (C tiles 0-3, A tiles 4-5, B tiles 6-7, all 8),
+// over every step of the reduction (16 planes x R x S per step; planes past (cin + 1) / 2 are
+// zeros in both the band and the weights). Sums: fp32, as the AMX GEMM's.
+
+/// pack_weights for AMX tiles: tile (gi, jt, q) for 16 output channels jt*16 .. and step
+/// q = (cb*R + r)*S + s holds, in row m, word k: channels 2*c2 (low half) and 2*c2 + 1 (high
+/// half; zero past cin) of c2 = cb*16 + k, tap (r, s), output channel jt*16 + m (zero past
+/// cout or planes), at pb + ((gi*(npad/16) + jt)*steps + q)*256 + m*16 + k.
+template <class Exec, class WVal>
+void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout& d,
+                       std::uint32_t* pb, const WVal& wval) {
+  const index_t steps = d.steps(g), RS = g.R * g.S, tiles = g.npad() / 16;
+  Kokkos::parallel_for(
+      "tessera::conv2d[implicit pack weight tiles]",
+      Kokkos::RangePolicy<Exec>(exec, 0, g.G * tiles * steps), [=](const index_t i) {
+        const index_t gi = i / (tiles * steps), jt = i / steps % tiles, q = i % steps;
+        const index_t cb = q / RS, t = q % RS;
+        std::uint32_t* dst = pb + i * 256;
+        for (index_t m = 0; m < 16; ++m)
+          for (index_t k = 0; k < 16; ++k) {
+            const index_t c2 = cb * 16 + k, j = jt * 16 + m, kk = 2 * c2 * RS + t;
+            std::uint32_t word = 0;
+            if (c2 < d.planes && j < g.cout) {
+              word = bfloat16::from_float(wval(gi, kk, j)).bits;
+              if (2 * c2 + 1 < g.cin)
+                word |= std::uint32_t(bfloat16::from_float(wval(gi, kk + RS, j)).bits) << 16;
+            }
+            dst[m * 16 + k] = word;
+          }
+      });
+}
+
+/// One register block: C (32 channels x 32 slots, fp32, rows ldc floats apart at c) = the sum
+/// over the steps q of the weight tiles w0 + q*256 (channels 0-15), w1 + q*256 (16-31) times
+/// the band tiles at a0 + off[q] (slots 0-15) and a1 + off[q] (16-31), planes `plane` bytes
+/// apart. The tiles are configured (hostgemm::amx_kernel::begin).
+[[gnu::noinline]] inline void amx_direct_block(index_t steps, const std::uint32_t* a0,
+                                               const std::uint32_t* a1, const index_t* off,
+                                               const std::uint32_t* w0, const std::uint32_t* w1,
+                                               long plane, float* c, index_t ldc) {
+  TESSERA_AMX_ZERO(0);
+  TESSERA_AMX_ZERO(1);
+  TESSERA_AMX_ZERO(2);
+  TESSERA_AMX_ZERO(3);
+  for (index_t q = 0; q < steps; ++q) {
+    TESSERA_AMX_LOADD(4, w0 + q * 256, 64);
+    TESSERA_AMX_LOADD(6, a0 + off[q], plane);
+    TESSERA_AMX_LOADD(7, a1 + off[q], plane);
+    TESSERA_AMX_DPBF16PS(0, 4, 6);
+    TESSERA_AMX_DPBF16PS(1, 4, 7);
+    TESSERA_AMX_LOADD(5, w1 + q * 256, 64);
+    TESSERA_AMX_DPBF16PS(2, 5, 6);
+    TESSERA_AMX_DPBF16PS(3, 5, 7);
+  }
+  const auto ld = static_cast<long>(ldc * 4);
+  TESSERA_AMX_STORED(0, c, ld);
+  TESSERA_AMX_STORED(1, c + 16, ld);
+  TESSERA_AMX_STORED(2, c + 16 * ldc, ld);
+  TESSERA_AMX_STORED(3, c + 16 * ldc + 16, ld);
+}
+#endif // TESSERA_GEMM_AMX
 #endif // TESSERA_GEMM_AVX512BF16
 
 /// True when this CPU runs the bf16 pairs forms (run_direct with Pairs, run_weight_direct on
-/// bf16): the build targets AVX512_BF16, the CPU has it, and AMX is not usable (AMX machines
-/// keep im2col and the AMX GEMM).
+/// bf16) with VDPBF16PS: the build targets AVX512_BF16, the CPU has it, and AMX is not usable
+/// (AMX machines take pairs_amx_cpu's form of run_direct and im2col + the AMX GEMM for
+/// backward-weight).
 inline bool pairs_cpu() {
 #if TESSERA_GEMM_AVX512BF16
   bool amx = false;
@@ -582,10 +679,28 @@ inline bool pairs_cpu() {
 #endif
 }
 
+/// True when run_direct with Pairs takes AMX tiles on this CPU: the build targets AMX-BF16 (and
+/// AVX512_BF16, which fills the bands) and the CPU and OS let this process use it.
+inline bool pairs_amx_cpu() {
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16 && !TESSERA_GEMM_AMX_EMULATED
+  return cpu::amx_bf16_usable();
+#else
+  return false;
+#endif
+}
+
+/// The layout of the bf16 pairs form of the direct path on this CPU (AMX tiles or VDPBF16PS;
+/// !ok where neither runs).
+inline direct_layout pairs_layout_for(const geometry& g, bool even_rows = false) {
+  if (pairs_amx_cpu()) return direct_layout_for(g, true, even_rows, true);
+  if (pairs_cpu()) return direct_layout_for(g, true, even_rows);
+  return {};
+}
+
 /// True when a convolution of geometry g with operands exact in bf16 takes the pairs form of
 /// the direct path on this CPU.
 inline bool pairs_direct_for(const geometry& g) {
-  return pairs_cpu() && direct_layout_for(g, true).ok;
+  return pairs_layout_for(g).ok;
 }
 
 /// run() through the direct path (d.ok): same operands; rows_out(sums, ld, k, n, p0, count)
@@ -604,7 +719,10 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
   const index_t units = d.units(g), steps = d.steps(g), np = g.npad();
   const auto* pb = static_cast<const word*>(pbv);
   const auto* off = static_cast<const index_t*>(scratch);
-  word* base = reinterpret_cast<word*>(tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
+  // AMX: a step's tile covers 16 planes, so its offset is that of the block's first plane.
+  word* base =
+      reinterpret_cast<word*>(d.amx ? tap_offsets(g, d.tile_planes() / 16, 16 * d.BH, d.Wp, scratch)
+                                    : tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
   const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g),
                     band_used = static_cast<std::size_t>(d.planes * d.BH * d.Wp);
   const auto body = [&](const int part) {
@@ -612,6 +730,31 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
     float* cb = reinterpret_cast<float*>(band + (band_n + 15) / 16 * 16); // cap x np
     float* ct = cb + d.cap * np;                                          // np x cap
     std::memset(band + band_used, 0, sizeof(word) * (band_n - band_used));
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+    if constexpr (Pairs) {
+      if (d.amx) { // AMX tiles: the sums land as channel rows in ct
+        hostgemm::amx_kernel::begin();
+        const long plane = static_cast<long>(d.BH * d.Wp * 4);
+        const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+        for (index_t u = u0; u < u1; ++u) {
+          const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
+          const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
+          fill_band_pairs(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 * g.sh - g.pt,
+                          band);
+          for (index_t jb = 0; jb < np; jb += 32) {
+            const word* w0 = pb + ((gi * np + jb) * steps) * 16;
+            for (index_t sb = 0; sb < slots; sb += 32)
+              amx_direct_block(steps, band + d.slot_offset(g, sb), band + d.slot_offset(g, sb + 16),
+                               off, w0, w0 + steps * 256, plane, ct + jb * d.cap + sb, d.cap);
+          }
+          for (index_t j = 0; j < g.cout; ++j)
+            rows_out(ct + j * d.cap, d.SP, gi * g.cout + j, n, p0, rows);
+        }
+        hostgemm::amx_kernel::end();
+        return;
+      }
+    }
+#endif
     const float* trows[16];
     const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     for (index_t u = u0; u < u1; ++u) {

@@ -211,7 +211,7 @@ bool forward_implicit(const Exec& exec, const XV& x, const WV& w, const BV& bias
   const auto store_value = [&](index_t k) {
     float b = 0.f;
     if constexpr (has_bias) b = to_float(bias(k));
-    return [b, e = epi](float v) { return from_float<Py>(e(v + b)); };
+    return store_rounded<Py, Epi, true>{b, epi};
   };
   const auto rows = [&] {
     if constexpr (Pool2) {
@@ -238,8 +238,9 @@ bool forward_implicit(const Exec& exec, const XV& x, const WV& w, const BV& bias
     const auto g = forward_geometry(pb, alpha);
     if (!use_implicit(pb, pb.Kg, pb.crs())) return false;
     if constexpr (Pool2) {
-      const auto d = implicit_conv::direct_layout_for(g, pairs, true);
-      if (!d.ok || (pairs && !implicit_conv::pairs_cpu())) return false;
+      const auto d = pairs ? implicit_conv::pairs_layout_for(g, true)
+                           : implicit_conv::direct_layout_for(g, false, true);
+      if (!d.ok) return false;
       run_direct_rows<pairs>(exec, g, d, x, w, ws, wval, store_value, out);
       return true;
     } else {
@@ -378,7 +379,7 @@ struct backward_data_pass {
               const index_t k = kk / RS, t = kk - k * RS;
               return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);
             },
-            [](index_t) { return [](float v) { return from_float<pdx>(v); }; });
+            [](index_t) { return store_rounded<pdx, no_epilogue, false>{}; });
         return true;
       }
     }

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstring>
 
 namespace tessera::detail {
 
@@ -126,6 +127,76 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
           .alpha = alpha};
 }
 
+/// The function store_value(k) of the implicit paths returns: the stored value of an fp32 sum v
+/// is from_float<P>(e(v + b)) (Bias) or from_float<P>(e(v)), one rounding. run() stores rows of
+/// them from alpha * sums: the fp32 values first, then bulk conversions (convert_n, the same bits
+/// as from_float, in whole vectors), where GCC left the loop of scalar bf16 and fp8 roundings
+/// unvectorised (twice the AMX products' time on a 14 x 14 layer).
+template <class P, class Epi, bool Bias>
+struct store_rounded {
+  float b = 0.f;
+  Epi e{};
+  storage_t<P> operator()(float v) const {
+    if constexpr (Bias) {
+      return from_float<P>(e(v + b));
+    } else {
+      return from_float<P>(e(v));
+    }
+  }
+  /// d[p * W + i] = (*this)(alpha * s[p * ld + i]) for rows p < rows, i < W.
+  void run(const float* s, index_t ld, index_t W, index_t rows, float alpha,
+           storage_t<P>* d) const {
+    if constexpr (std::is_same_v<P, fp32>) {
+      for (index_t p = 0; p < rows; ++p)
+        for (index_t i = 0; i < W; ++i) d[p * W + i] = (*this)(alpha * s[p * ld + i]);
+    } else {
+      constexpr index_t block = 256;
+      alignas(64) float t[block + 32];
+      index_t fill = 0; // values in t, to be stored at d
+      for (index_t p = 0; p < rows; ++p)
+        for (index_t q0 = 0; q0 < W;) {
+          const index_t m = std::min(W - q0, block - fill);
+          const float* sp = s + p * ld + q0;
+          for (index_t i = 0; i < m; ++i) {
+            if constexpr (Bias) {
+              t[fill + i] = e(alpha * sp[i] + b);
+            } else {
+              t[fill + i] = e(alpha * sp[i]);
+            }
+          }
+          fill += m;
+          q0 += m;
+          if (fill == block) {
+            convert(t, d, fill);
+            d += fill;
+            fill = 0;
+          }
+        }
+      if (fill > 0) convert(t, d, fill);
+    }
+  }
+
+private:
+  /// d[0, n) = from_float<P>(t[i]); t has room for 32 values past n. convert_n converts whole
+  /// vectors (16 or 32 values) and the rest one at a time: the last n % 32 are padded with
+  /// zeros to 32 and converted through u.
+  static void convert(float* t, storage_t<P>* d, index_t n) {
+    const index_t body = n / 32 * 32;
+    if (body > 0) convert_n<P>(t, d, static_cast<std::size_t>(body));
+    if (body < n) {
+      for (index_t i = n; i < body + 32; ++i) t[i] = 0.f;
+      storage_t<P> u[32];
+      convert_n<P>(t + body, u, 32);
+      for (index_t i = body; i < n; ++i) d[i] = u[i - body];
+    }
+  }
+};
+
+template <class F, class O>
+concept bulk_store = requires(const F& f, const float* s, float a, O* d, index_t n) {
+  f.run(s, n, n, n, a, d);
+};
+
 /// The rows consumer of the implicit paths that stores them into an NCHW view (rows of Wout
 /// contiguous): out[n, k, p0 + i, :] = f(alpha * sums[i * ld + :]), f = store_value(k) (bias,
 /// epilogue, rounding). A function per channel holds its bias by value, so that a run of one
@@ -139,6 +210,10 @@ struct rows_into {
   void operator()(const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t rows,
                   const F& f, float alpha) const {
     O* dst = out + n * ns + k * cs + p0 * W;
+    if constexpr (bulk_store<F, O>) {
+      f.run(sums, ld, W, rows, alpha, dst);
+      return;
+    }
     if (ld == W) { // the rows are contiguous in both: one run
       for (index_t i = 0; i < rows * W; ++i) dst[i] = f(alpha * sums[i]);
       return;
@@ -153,12 +228,13 @@ rows_into<storage_t<typename OV::precision>> rows_into_view(const OV& out) {
   return {out.data(), out.stride(0), out.stride(1), out.extent(3)};
 }
 
-/// Runs the direct form of an implicit convolution (d = implicit_conv::direct_layout_for(g,
-/// Pairs, ...), d.ok) of `in` with the weights w, wval(w data, group, kk, j) giving B(kk, j) of a
-/// group; `rows` (rows_into or another consumer of the same call) takes each channel's output
-/// rows of a band as f(alpha * sum), f = store_value(k): the function that turns the fp32 value
-/// of output channel k into the stored one (bias, epilogue, rounding). Pairs: the bf16 pairs
-/// form (the caller checked implicit_conv::pairs_direct_for(g); wval's values are exact in bf16).
+/// Runs the direct form of an implicit convolution (d = implicit_conv::direct_layout_for(g) or,
+/// Pairs, implicit_conv::pairs_layout_for(g, ...); d.ok) of `in` with the weights w, wval(w data,
+/// group, kk, j) giving B(kk, j) of a group; `rows` (rows_into or another consumer of the same
+/// call) takes each channel's output rows of a band as f(alpha * sum), f = store_value(k): the
+/// function that turns the fp32 value of output channel k into the stored one (bias, epilogue,
+/// rounding). Pairs: the bf16 pairs form (the caller checked implicit_conv::pairs_direct_for(g);
+/// wval's values are exact in bf16).
 template <bool Pairs, class Exec, class IV, class WV, class M, class WVal, class StoreValue,
           class Rows>
 void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
@@ -169,13 +245,18 @@ void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
   const auto parts = static_cast<std::size_t>(ic::direct_parts(exec, g, d));
   const std::size_t scratch = round_up_64(sizeof(index_t) * static_cast<std::size_t>(d.steps(g))) +
                               parts * d.part_floats(g) * 4;
-  const std::size_t packed_words =
-      Pairs ? static_cast<std::size_t>(g.G * d.steps(g) * g.npad()) : ic::packed_b_floats(g);
+  const std::size_t packed_words = Pairs ? d.packed_words(g) : ic::packed_b_floats(g);
   const auto [b_mem, s_mem] = carve<2>(ws, {packed_words * 4, scratch});
   const auto* wd = w.data();
   const auto wv = [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); };
   if constexpr (Pairs) {
-#if TESSERA_GEMM_AVX512BF16
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+    if (d.amx) {
+      ic::pack_weight_tiles(exec, g, d, reinterpret_cast<std::uint32_t*>(b_mem), wv);
+    } else {
+      ic::pack_weight_pairs(exec, g, d, reinterpret_cast<std::uint32_t*>(b_mem), wv);
+    }
+#elif TESSERA_GEMM_AVX512BF16
     ic::pack_weight_pairs(exec, g, d, reinterpret_cast<std::uint32_t*>(b_mem), wv);
 #endif
   } else {
@@ -200,7 +281,7 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
                   const OV& out, conv2d_workspace<M>& ws, const WVal& wval,
                   const StoreValue& store_value) {
   namespace ic = implicit_conv;
-  const ic::direct_layout d = ic::direct_layout_for(g, Pairs);
+  const ic::direct_layout d = Pairs ? ic::pairs_layout_for(g) : ic::direct_layout_for(g);
   if (d.ok) {
     run_direct_rows<Pairs>(exec, g, d, in, w, ws, wval, store_value, rows_into_view(out));
     return;

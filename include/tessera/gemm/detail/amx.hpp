@@ -46,12 +46,12 @@
 #include <tessera/gemm/detail/amx_emulation.hpp>
 #define TESSERA_GEMM_AMX 1
 #define TESSERA_GEMM_AMX_EMULATED 1
-#define TESSERA_AMX_LOADCONFIG(cfg) amx_emulation::loadconfig(cfg)
-#define TESSERA_AMX_RELEASE() amx_emulation::release()
-#define TESSERA_AMX_ZERO(t) amx_emulation::zero(t)
-#define TESSERA_AMX_LOADD(t, p, s) amx_emulation::loadd(t, p, s)
-#define TESSERA_AMX_STORED(t, p, s) amx_emulation::stored(t, p, s)
-#define TESSERA_AMX_DPBF16PS(c, a, b) amx_emulation::dpbf16ps(c, a, b)
+#define TESSERA_AMX_LOADCONFIG(cfg) ::tessera::detail::hostgemm::amx_emulation::loadconfig(cfg)
+#define TESSERA_AMX_RELEASE() ::tessera::detail::hostgemm::amx_emulation::release()
+#define TESSERA_AMX_ZERO(t) ::tessera::detail::hostgemm::amx_emulation::zero(t)
+#define TESSERA_AMX_LOADD(t, p, s) ::tessera::detail::hostgemm::amx_emulation::loadd(t, p, s)
+#define TESSERA_AMX_STORED(t, p, s) ::tessera::detail::hostgemm::amx_emulation::stored(t, p, s)
+#define TESSERA_AMX_DPBF16PS(c, a, b) ::tessera::detail::hostgemm::amx_emulation::dpbf16ps(c, a, b)
 #else
 #define TESSERA_GEMM_AMX 0
 #define TESSERA_GEMM_AMX_EMULATED 0
