@@ -378,7 +378,9 @@ struct backward_data_pass {
               const index_t k = kk / RS, t = kk - k * RS;
               return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);
             },
-            [](index_t) { return store_rounded<pdx, no_epilogue, false>{}; });
+            [](index_t) {
+              return store_rounded<pdx, no_epilogue, false>{0.f, no_epilogue{}};
+            });
         return true;
       }
     }

@@ -135,7 +135,7 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
 template <class P, class Epi, bool Bias>
 struct store_rounded {
   float b = 0.f;
-  Epi e{};
+  Epi e;
   storage_t<P> operator()(float v) const {
     if constexpr (Bias) {
       return from_float<P>(e(v + b));
