@@ -341,9 +341,11 @@ struct direct_layout {
   std::size_t packed_words(const geometry& g) const noexcept {
     return static_cast<std::size_t>(g.G * steps(g) * g.npad() * (amx ? 16 : 1));
   }
-  /// Per thread: band, C block (cap x npad) and its transpose (npad x cap).
+  /// Per thread: band, C block (cap x npad) and its transpose (npad x cap); AMX: band and the
+  /// channel rows (npad x cap) the tiles store.
   std::size_t part_floats(const geometry& g) const noexcept {
-    return (band_floats(g) + 15) / 16 * 16 + 2 * static_cast<std::size_t>(cap * g.npad());
+    return (band_floats(g) + 15) / 16 * 16 +
+           (amx ? 1 : 2) * static_cast<std::size_t>(cap * g.npad());
   }
 };
 
@@ -561,6 +563,19 @@ void fill_band_pairs(const geometry& g, const direct_layout& d, const T* in, ind
   }
 }
 
+/// The packed word of channel pair c2, tap t = r*S + s and output channel j of group gi: the
+/// bf16 of wval(gi, kk, j), kk = 2*c2*R*S + t (channel 2*c2), in the low half and that of
+/// channel 2*c2 + 1 (kk + R*S) in the high half, zero past cin.
+template <class WVal>
+std::uint32_t weight_pair(const geometry& g, const WVal& wval, index_t gi, index_t c2, index_t t,
+                          index_t j) {
+  const index_t RS = g.R * g.S, kk = 2 * c2 * RS + t;
+  std::uint32_t word = bfloat16::from_float(wval(gi, kk, j)).bits;
+  if (2 * c2 + 1 < g.cin)
+    word |= std::uint32_t(bfloat16::from_float(wval(gi, kk + RS, j)).bits) << 16;
+  return word;
+}
+
 /// pack_weights for bf16 pairs: step q = (c2*R + r)*S + s of group gi's panel jp holds, for
 /// channel j, the bf16 of wval(gi, kk, j) for kk = (2*c2*R + r)*S + s (low half) and kk + R*S
 /// (high half; zero past cin), at pb + (gi*steps + pc)*npad + jp*kc + (q - pc)*NR + j.
@@ -577,17 +592,9 @@ void pack_weight_pairs(const Exec& exec, const geometry& g, const direct_layout&
         const index_t kc = std::min(KC, steps - pc);
         std::uint32_t* dst = pb + (gi * steps + pc) * np + jp * kc;
         for (index_t q = 0; q < kc; ++q) {
-          const index_t c2 = (pc + q) / RS, t = (pc + q) % RS, kk = 2 * c2 * RS + t;
-          const bool two = 2 * c2 + 1 < g.cin;
-          for (index_t j = 0; j < NR; ++j) {
-            std::uint32_t word = 0;
-            if (jp + j < g.cout) {
-              word = bfloat16::from_float(wval(gi, kk, jp + j)).bits;
-              if (two)
-                word |= std::uint32_t(bfloat16::from_float(wval(gi, kk + RS, jp + j)).bits) << 16;
-            }
-            dst[q * NR + j] = word;
-          }
+          const index_t c2 = (pc + q) / RS, t = (pc + q) % RS;
+          for (index_t j = 0; j < NR; ++j)
+            dst[q * NR + j] = jp + j < g.cout ? weight_pair(g, wval, gi, c2, t, jp + j) : 0u;
         }
       });
 }
@@ -620,14 +627,8 @@ void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout&
         std::uint32_t* dst = pb + i * 256;
         for (index_t m = 0; m < 16; ++m)
           for (index_t k = 0; k < 16; ++k) {
-            const index_t c2 = cb * 16 + k, j = jt * 16 + m, kk = 2 * c2 * RS + t;
-            std::uint32_t word = 0;
-            if (c2 < d.planes && j < g.cout) {
-              word = bfloat16::from_float(wval(gi, kk, j)).bits;
-              if (2 * c2 + 1 < g.cin)
-                word |= std::uint32_t(bfloat16::from_float(wval(gi, kk + RS, j)).bits) << 16;
-            }
-            dst[m * 16 + k] = word;
+            const index_t c2 = cb * 16 + k, j = jt * 16 + m;
+            dst[m * 16 + k] = c2 < d.planes && j < g.cout ? weight_pair(g, wval, gi, c2, t, j) : 0u;
           }
       });
 }
@@ -728,7 +729,7 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
   const auto body = [&](const int part) {
     word* band = base + static_cast<std::size_t>(part) * per_part;
     float* cb = reinterpret_cast<float*>(band + (band_n + 15) / 16 * 16); // cap x np
-    float* ct = cb + d.cap * np;                                          // np x cap
+    float* ct = d.amx ? cb : cb + d.cap * np; // np x cap (AMX: the tiles' stores, no cb)
     std::memset(band + band_used, 0, sizeof(word) * (band_n - band_used));
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
     if constexpr (Pairs) {

@@ -11,7 +11,6 @@
 
 #include <array>
 #include <cstddef>
-#include <cstring>
 
 namespace tessera::detail {
 
@@ -129,9 +128,9 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
 
 /// The function store_value(k) of the implicit paths returns: the stored value of an fp32 sum v
 /// is from_float<P>(e(v + b)) (Bias) or from_float<P>(e(v)), one rounding. run() stores rows of
-/// them from alpha * sums: the fp32 values first, then bulk conversions (convert_n, the same bits
-/// as from_float, in whole vectors), where GCC left the loop of scalar bf16 and fp8 roundings
-/// unvectorised (twice the AMX products' time on a 14 x 14 layer).
+/// them from alpha * sums (bf16, fp8): the fp32 values first, then bulk conversions (convert_n,
+/// the same bits as from_float, in whole vectors), where GCC left the loop of scalar bf16 and
+/// fp8 roundings over rows of 14 unvectorised (twice the AMX products' time on a 14 x 14 layer).
 template <class P, class Epi, bool Bias>
 struct store_rounded {
   float b = 0.f;
@@ -146,34 +145,30 @@ struct store_rounded {
   /// d[p * W + i] = (*this)(alpha * s[p * ld + i]) for rows p < rows, i < W.
   void run(const float* s, index_t ld, index_t W, index_t rows, float alpha,
            storage_t<P>* d) const {
-    if constexpr (std::is_same_v<P, fp32>) {
-      for (index_t p = 0; p < rows; ++p)
-        for (index_t i = 0; i < W; ++i) d[p * W + i] = (*this)(alpha * s[p * ld + i]);
-    } else {
-      constexpr index_t block = 256;
-      alignas(64) float t[block + 32];
-      index_t fill = 0; // values in t, to be stored at d
-      for (index_t p = 0; p < rows; ++p)
-        for (index_t q0 = 0; q0 < W;) {
-          const index_t m = std::min(W - q0, block - fill);
-          const float* sp = s + p * ld + q0;
-          for (index_t i = 0; i < m; ++i) {
-            if constexpr (Bias) {
-              t[fill + i] = e(alpha * sp[i] + b);
-            } else {
-              t[fill + i] = e(alpha * sp[i]);
-            }
-          }
-          fill += m;
-          q0 += m;
-          if (fill == block) {
-            convert(t, d, fill);
-            d += fill;
-            fill = 0;
+    static_assert(!std::is_same_v<P, fp32>, "fp32 rows need no bulk conversion (rows_into)");
+    constexpr index_t block = 256;
+    alignas(64) float t[block + 32];
+    index_t fill = 0; // values in t, to be stored at d
+    for (index_t p = 0; p < rows; ++p)
+      for (index_t q0 = 0; q0 < W;) {
+        const index_t m = std::min(W - q0, block - fill);
+        const float* sp = s + p * ld + q0;
+        for (index_t i = 0; i < m; ++i) {
+          if constexpr (Bias) {
+            t[fill + i] = e(alpha * sp[i] + b);
+          } else {
+            t[fill + i] = e(alpha * sp[i]);
           }
         }
-      if (fill > 0) convert(t, d, fill);
-    }
+        fill += m;
+        q0 += m;
+        if (fill == block) {
+          convert(t, d, fill);
+          d += fill;
+          fill = 0;
+        }
+      }
+    if (fill > 0) convert(t, d, fill);
   }
 
 private:
@@ -192,8 +187,10 @@ private:
   }
 };
 
+/// A store function with a bulk run of rows (store_rounded of a narrow storage type).
 template <class F, class O>
-concept bulk_store = requires(const F& f, const float* s, float a, O* d, index_t n) {
+concept bulk_store =
+    !std::is_same_v<O, float> && requires(const F& f, const float* s, float a, O* d, index_t n) {
   f.run(s, n, n, n, a, d);
 };
 
@@ -210,12 +207,15 @@ struct rows_into {
   void operator()(const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t rows,
                   const F& f, float alpha) const {
     O* dst = out + n * ns + k * cs + p0 * W;
-    if constexpr (bulk_store<F, O>) {
-      f.run(sums, ld, W, rows, alpha, dst);
+    if (ld == W) { // the rows are contiguous in both: one run, which GCC vectorises
+      for (index_t i = 0; i < rows * W; ++i) dst[i] = f(alpha * sums[i]);
       return;
     }
-    if (ld == W) { // the rows are contiguous in both: one run
-      for (index_t i = 0; i < rows * W; ++i) dst[i] = f(alpha * sums[i]);
+    // Rows apart: short rows (14 of a 14 x 14 layer) leave GCC's vector loop unused, so the
+    // narrow types go through the bulk run (bf16 rows of fmnist1's narrow path, contiguous,
+    // measured 0.7x through it: the two passes cost more than the one vectorised run).
+    if constexpr (bulk_store<F, O>) {
+      f.run(sums, ld, W, rows, alpha, dst);
       return;
     }
     for (index_t p = 0; p < rows; ++p)
