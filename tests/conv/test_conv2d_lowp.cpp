@@ -206,12 +206,17 @@ TEST_CASE("conv2d_backward_weight bf16 with Inf and NaN in x: only true pairs ar
   conv_shape s;
   s.N = 16, s.C = 16, s.K = 32, s.H = 14, s.W = 14, s.R = 3, s.S = 3;
   s.prm = {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
-  const bool pairs =
-      detail::implicit_conv::pairs_cpu() && detail::implicit_conv::weight_direct_layout_for(
-                                                detail::forward_geometry(problem_of(s), 1.f),
-                                                Kokkos::DefaultExecutionSpace{}.concurrency(), true)
-                                                .ok;
-  if (!pairs) WARN("no bf16 dot products on this build and CPU: the GEMM path is checked");
+  // On AMX: dW^T tiles over the band's grid (conv/detail/amx_weight.hpp), whose garbage slots
+  // meet zeros of dy; a band holding Inf or NaN takes exact loops.
+  namespace ic = detail::implicit_conv;
+  const auto g = detail::forward_geometry(problem_of(s), 1.f);
+  const index_t threads = Kokkos::DefaultExecutionSpace{}.concurrency();
+  bool fast = ic::pairs_cpu() && ic::weight_direct_layout_for(g, threads, true).ok;
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+  if (ic::pairs_amx_cpu()) fast = ic::weight_amx_layout_for(g, threads).ok;
+#endif
+  if (!fast)
+    WARN("no bf16 dot products or AMX tiles on this build and CPU: the GEMM path is checked");
   check_dw_with_nonfinite_x<bf16>(s, 9);
 }
 #endif

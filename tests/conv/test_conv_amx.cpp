@@ -9,12 +9,14 @@
 // fills the bands) the tiles are gemm/detail/amx_emulation.hpp's software model; where the build
 // targets AMX the real instructions run (the conv tests then also run the form end to end:
 // test_conv2d_lowp on an AMX machine).
+#include <tessera/conv/detail/amx_weight.hpp>
 #include <tessera/conv/detail/implicit.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,6 +179,155 @@ TEST_CASE("conv2d direct path on AMX tiles (or their software model): the band r
   }
   SECTION("the host space's team") {
     check_cases<Kokkos::DefaultHostExecutionSpace>();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward-weight on AMX tiles (conv/detail/amx_weight.hpp)
+// ---------------------------------------------------------------------------------------------
+
+struct weight_case {
+  index_t N, G, cin, cout, H, W, R, S, dh, dw, pad;
+  std::string describe() const {
+    return "N " + std::to_string(N) + " G " + std::to_string(G) + " cin " + std::to_string(cin) +
+           " cout " + std::to_string(cout) + " " + std::to_string(H) + "x" + std::to_string(W) +
+           " R " + std::to_string(R) + " S " + std::to_string(S) + " dil " + std::to_string(dh) +
+           "," + std::to_string(dw) + " pad " + std::to_string(pad);
+  }
+  ic::geometry geometry() const {
+    return amx_case{N, G, cin, cout, H, W, R, S, 1, dh, dw, pad}.geometry();
+  }
+};
+
+/// Values of precision P (random floats rounded to P), one in 16 of them zero.
+template <class P>
+std::vector<tessera::storage_t<P>> values(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  std::vector<tessera::storage_t<P>> v(n);
+  for (auto& x : v) x = tessera::from_float<P>(rng() % 16 == 0 ? 0.f : u(rng));
+  return v;
+}
+
+/// dW of x (P) and dy (P) through run_weight_amx against a double reference of the same
+/// values; inf: one input +Inf (its image's bands take the exact loops).
+template <class Exec, class Prec>
+void check_weight_case(const weight_case& c, std::uint64_t seed, bool inf = false) {
+  INFO(c.describe() << (inf ? ", one input Inf" : ""));
+  const Exec exec;
+  const float alpha = 0.5f;
+  ic::geometry g = c.geometry();
+  g.alpha = alpha;
+  const ic::weight_amx_layout d = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
+  REQUIRE(d.ok);
+  CHECK(d.slots % 32 == 0);
+  CHECK(d.slots >= d.BR * d.Wp);
+  const index_t C = c.G * c.cin, K = c.G * c.cout, P = g.Hout, Q = g.Wout;
+  auto x = values<Prec>(static_cast<std::size_t>(c.N * C * c.H * c.W), seed);
+  const auto dy = values<Prec>(static_cast<std::size_t>(c.N * K * P * Q), seed + 1);
+  // In the last column, which tap s = 0 reaches only from a garbage slot (q = Wout): there the
+  // true sums stay finite.
+  if (inf)
+    x[static_cast<std::size_t>((C * (c.N - 1) + 1) * c.H * c.W + c.H / 2 * c.W + c.W - 1)] =
+        tessera::from_float<Prec>(std::numeric_limits<float>::infinity());
+  const auto parts = static_cast<std::size_t>(ic::weight_amx_parts(exec, g, d));
+  std::vector<float> scratch_mem(parts * d.part_bytes(g) / 4 + 16, std::nanf(""));
+  void* scratch = reinterpret_cast<void*>(
+      (reinterpret_cast<std::uintptr_t>(scratch_mem.data()) + 63) / 64 * 64);
+  const index_t kred = g.kred();
+  std::vector<float> dw(static_cast<std::size_t>(K * kred), std::nanf(""));
+  std::vector<int> stored(dw.size(), 0);
+  ic::run_weight_amx(exec, g, d, x.data(), C * c.H * c.W, c.H * c.W, c.W, dy.data(), K * P * Q,
+                     P * Q, scratch, [&](index_t k, index_t kk, float v) {
+                       dw[static_cast<std::size_t>(k * kred + kk)] = v;
+                       ++stored[static_cast<std::size_t>(k * kred + kk)];
+                     });
+  exec.fence();
+  std::size_t bad = 0, unstored = 0;
+  for (index_t k = 0; k < K; ++k)
+    for (index_t ch = 0; ch < c.cin; ++ch)
+      for (index_t r = 0; r < c.R; ++r)
+        for (index_t s = 0; s < c.S; ++s) {
+          const index_t gi = k / c.cout;
+          double sum = 0, mag = 0;
+          for (index_t n = 0; n < c.N; ++n)
+            for (index_t p = 0; p < P; ++p)
+              for (index_t q = 0; q < Q; ++q) {
+                const index_t h = p - c.pad + r * c.dh, wc = q - c.pad + s * c.dw;
+                if (h < 0 || h >= c.H || wc < 0 || wc >= c.W) continue;
+                const double a = tessera::to_float(
+                    x[static_cast<std::size_t>(((n * C + gi * c.cin + ch) * c.H + h) * c.W + wc)]);
+                const double b =
+                    tessera::to_float(dy[static_cast<std::size_t>(((n * K + k) * P + p) * Q + q)]);
+                sum += a * b;
+                mag += std::abs(a * b);
+              }
+          sum *= alpha;
+          mag *= alpha;
+          const auto o = static_cast<std::size_t>(k * kred + (ch * c.R + r) * c.S + s);
+          const double tol = static_cast<double>(c.N * P * Q + 2) * std::ldexp(1.0, -24) * mag;
+          bool ok;
+          if (std::isnan(sum))
+            ok = std::isnan(dw[o]);
+          else if (std::isinf(sum))
+            ok = dw[o] == sum;
+          else
+            ok = std::abs(dw[o] - sum) <= tol;
+          if (stored[o] != 1) ++unstored;
+          if (!ok) {
+            if (bad < 5)
+              UNSCOPED_INFO("k " << k << " c " << ch << " r " << r << " s " << s << ": " << dw[o]
+                                 << " vs " << sum);
+            ++bad;
+          }
+        }
+  CHECK(unstored == 0);
+  CHECK(bad == 0);
+}
+
+template <class Exec>
+void check_weight_cases() {
+  const weight_case cases[] = {
+      // N G cin cout  H   W  R  S dh dw pad
+      {6, 1, 32, 64, 14, 14, 3, 3, 1, 1, 1}, // a FashionCNN conv2: several images per unit
+      {3, 1, 29, 40, 9, 23, 3, 3, 1, 1, 1},  // cin 29 in 32 planes, cout 40: blocks of 32 and 16
+      {2, 2, 48, 16, 12, 12, 3, 3, 1, 1, 1}, // groups; channel blocks of 32 and 16
+      {1, 1, 64, 32, 64, 60, 3, 3, 1, 1, 1}, // two bands (L2 budget), the last one shorter
+      {2, 1, 32, 32, 15, 17, 3, 3, 2, 2, 2}, // dilation 2
+      {2, 1, 16, 32, 20, 20, 5, 5, 1, 1, 2}, // 5 x 5
+      {4, 1, 16, 16, 7, 7, 3, 3, 1, 1, 1},   // 7 x 7 outputs: 9 slots a row
+      {5, 1, 32, 32, 8, 8, 1, 3, 1, 1, 0},   // 1 x 3, no padding
+      {3, 1, 32, 48, 9, 5, 3, 1, 1, 1, 1},   // 3 x 1: no garbage slots (Wp = Wout)
+  };
+  std::uint64_t seed = 0xb7e1;
+  for (const weight_case& c : cases) {
+    check_weight_case<Exec, tessera::bf16>(c, seed);
+    seed += 2;
+  }
+  check_weight_case<Exec, tessera::fp8_e4m3>(cases[0], seed);
+  check_weight_case<Exec, tessera::fp8_e5m2>(cases[1], seed + 2);
+  check_weight_case<Exec, tessera::bf16>(cases[0], seed + 4, true);
+  check_weight_case<Exec, tessera::bf16>(cases[4], seed + 6, true);
+  // Not taken: stride 2, 1 x 1, and channels padded to 16 that more than double the products
+  // (cin 3).
+  CHECK_FALSE(
+      ic::weight_amx_layout_for(weight_case{1, 1, 32, 32, 14, 14, 1, 1, 1, 1, 0}.geometry(), 1).ok);
+  CHECK_FALSE(
+      ic::weight_amx_layout_for(amx_case{1, 1, 32, 32, 14, 14, 3, 3, 2, 1, 1, 1}.geometry(), 1).ok);
+  CHECK_FALSE(
+      ic::weight_amx_layout_for(weight_case{1, 1, 3, 32, 14, 14, 3, 3, 1, 1, 1}.geometry(), 1).ok);
+}
+
+TEST_CASE("conv2d backward-weight on AMX tiles (or their software model)", "[conv][bf16][amx]") {
+  if (!TESSERA_GEMM_AMX_EMULATED && !tessera::cpu::amx_bf16_usable()) {
+    WARN("AMX compiled but not usable on this CPU / OS: kernel not run");
+    return;
+  }
+  SECTION("one thread") {
+    check_weight_cases<Kokkos::Serial>();
+  }
+  SECTION("the host space's team") {
+    check_weight_cases<Kokkos::DefaultHostExecutionSpace>();
   }
 }
 

@@ -7,6 +7,7 @@
 /// and the bias gradient.
 
 #include <tessera/config/kokkos_compat.hpp>
+#include <tessera/conv/detail/amx_weight.hpp>
 #include <tessera/conv/detail/checks.hpp>
 #include <tessera/conv/detail/direct.hpp>
 #include <tessera/conv/detail/plan.hpp>
@@ -470,6 +471,24 @@ struct backward_weight_pass {
     if constexpr (implicit_capable_v<Exec, fp32, fp32>) {
       namespace ic = implicit_conv;
       const auto g = forward_geometry(pb, alpha);
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+      // x and dy exact in bf16 (bf16, fp8) with stride 1 on AMX: tiles read from the bands
+      // (conv/detail/amx_weight.hpp).
+      if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
+        if (pb.N > 0 && ic::pairs_amx_cpu()) {
+          const auto dl = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
+          if (dl.ok) {
+            const auto [s_mem] =
+                carve<1>(ws, {static_cast<std::size_t>(ic::weight_amx_parts(exec, g, dl)) *
+                              dl.part_bytes(g)});
+            ic::run_weight_amx(exec, g, dl, x.data(), x.stride(0), x.stride(1), x.stride(2),
+                               dy.data(), dy.stride(0), dy.stride(1), s_mem, store_dw());
+            exec.fence();
+            return true;
+          }
+        }
+      }
+#endif
       // x and dy exact in bf16 (bf16, fp8) with stride 1 run the dot products in bf16 pairs
       // where the CPU has AVX512_BF16 and no usable AMX, as the forward pass does.
 #if TESSERA_GEMM_AVX512BF16
