@@ -25,7 +25,10 @@
 /// images (at most 512 KiB) and dy copied onto their grid (about 6 KiB per output channel: a
 /// block spans about 96 vectors of pixels), or the packed blocks (about 1 MiB + 2 KiB per
 /// output channel of a group), and the thread's dW sums (CRS, rounded up to 14 on the packed
-/// path, times K/groups, rounded up to 32 there, per group).
+/// path, times K/groups, rounded up to 32 there, per group). Backward-weight on AMX tiles, per
+/// thread: the bf16 bands and dy pairs of a block of images (at most 512 KiB unless one band
+/// row alone is more), 16 rows of dy on the band's grid, and the dW sums (R*S x C/groups x
+/// K/groups, each channel count rounded up to 16, floats per group).
 /// The total is independent of the batch size: never N*CRS*P*Q.
 
 #include <tessera/tensor/extents.hpp>
