@@ -46,12 +46,13 @@ struct amx_case {
   }
 };
 
-/// bf16 values (random floats rounded to bf16), some of them zero.
-std::vector<tessera::bfloat16> bf16_values(std::size_t n, std::uint64_t seed) {
+/// Values of precision P (random floats rounded to P), one in 16 of them zero.
+template <class P>
+std::vector<tessera::storage_t<P>> values(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<tessera::bfloat16> v(n);
-  for (auto& x : v) x = tessera::bfloat16::from_float(rng() % 16 == 0 ? 0.f : u(rng));
+  std::vector<tessera::storage_t<P>> v(n);
+  for (auto& x : v) x = tessera::from_float<P>(rng() % 16 == 0 ? 0.f : u(rng));
   return v;
 }
 
@@ -67,8 +68,8 @@ void check_case(const amx_case& c, std::uint64_t seed) {
   CHECK(d.tile_planes() % 16 == 0);
   // x (N, G*cin, H, W) and w (G*cout, cin, R, S), row-major.
   const index_t C = c.G * c.cin, K = c.G * c.cout, RS = c.R * c.S;
-  const auto x = bf16_values(static_cast<std::size_t>(c.N * C * c.H * c.W), seed);
-  const auto w = bf16_values(static_cast<std::size_t>(K * c.cin * RS), seed + 1);
+  const auto x = values<tessera::bf16>(static_cast<std::size_t>(c.N * C * c.H * c.W), seed);
+  const auto w = values<tessera::bf16>(static_cast<std::size_t>(K * c.cin * RS), seed + 1);
   const Exec exec;
   // Weights: B(kk, j) of group gi = w[gi*cout + j, c, r, s], kk = (c*R + r)*S + s.
   std::vector<std::uint32_t> packed(d.packed_words(g), 0xdeadbeefu);
@@ -198,16 +199,6 @@ struct weight_case {
     return amx_case{N, G, cin, cout, H, W, R, S, 1, dh, dw, pad}.geometry();
   }
 };
-
-/// Values of precision P (random floats rounded to P), one in 16 of them zero.
-template <class P>
-std::vector<tessera::storage_t<P>> values(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<tessera::storage_t<P>> v(n);
-  for (auto& x : v) x = tessera::from_float<P>(rng() % 16 == 0 ? 0.f : u(rng));
-  return v;
-}
 
 /// dW of x (P) and dy (P) through run_weight_amx against a double reference of the same
 /// values; inf: one input +Inf (its image's bands take the exact loops).
