@@ -77,7 +77,7 @@ void check_case(const amx_case& c, std::uint64_t seed) {
     return w[static_cast<std::size_t>((gi * c.cout + j) * c.cin * RS + kk)].to_float();
   });
   exec.fence();
-  const auto parts = static_cast<std::size_t>(ic::direct_parts(exec, g, d));
+  const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g, d));
   const std::size_t scratch_bytes =
       tessera::detail::round_up_64(sizeof(index_t) * static_cast<std::size_t>(d.steps(g))) +
       parts * d.part_floats(g) * 4;
@@ -221,7 +221,7 @@ void check_weight_case(const weight_case& c, std::uint64_t seed, bool inf = fals
   if (inf)
     x[static_cast<std::size_t>((C * (c.N - 1) + 1) * c.H * c.W + c.H / 2 * c.W + c.W - 1)] =
         tessera::from_float<Prec>(std::numeric_limits<float>::infinity());
-  const auto parts = static_cast<std::size_t>(ic::weight_amx_parts(exec, g, d));
+  const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g, d));
   std::vector<float> scratch_mem(parts * d.part_bytes(g) / 4 + 16, std::nanf(""));
   void* scratch = reinterpret_cast<void*>(
       (reinterpret_cast<std::uintptr_t>(scratch_mem.data()) + 63) / 64 * 64);

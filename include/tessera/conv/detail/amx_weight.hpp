@@ -102,12 +102,6 @@ inline weight_amx_layout weight_amx_layout_for(const geometry& g, index_t thread
   return d;
 }
 
-template <class Exec>
-int weight_amx_parts(const Exec& exec, const geometry& g, const weight_amx_layout& d) {
-  return static_cast<int>(
-      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), d.units(g))));
-}
-
 /// One register block: the C tiles at c (NC blocks of 16 input channels, 16 ldc floats apart, x
 /// NK blocks of 16 output channels) += the products over nb images (bands a_img elements apart,
 /// dy pairs b_img words apart) and `steps` steps of 32 slots: A tiles at a (+ 16 planes for the
@@ -148,24 +142,16 @@ template <int NC, int NK>
   if constexpr (NC == 2 && NK == 2) TESSERA_AMX_STORED(3, c + 16 * ldc + 16, pc);
 }
 
-/// The value of a bf16 element (bits).
-inline float bf16_bits_value(std::uint16_t v) {
-  const std::uint32_t b = std::uint32_t(v) << 16;
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-
 /// Backward-weight through AMX tiles (d.ok): x (in: N images, G*cin channels; strides in_ns,
 /// in_cs, in_hs; rows contiguous) and dy (N, G*cout, Hout x Wout contiguous per channel; strides
 /// dy_ns, dy_cs) of bf16 or fp8 storage; store(k, kk, v) for every output channel k (of G*cout)
-/// and tap kk = (c*R + r)*S + s with v = alpha * sum. scratch: weight_amx_parts(exec, g, d) *
+/// and tap kk = (c*R + r)*S + s with v = alpha * sum. scratch: parts_for(exec, g, d) *
 /// d.part_bytes(g) bytes, 64-byte aligned.
 template <class Exec, class TX, class TD, class Store>
 void run_weight_amx(const Exec& exec, const geometry& g, const weight_amx_layout& d, const TX* in,
                     index_t in_ns, index_t in_cs, index_t in_hs, const TD* dy, index_t dy_ns,
                     index_t dy_cs, void* scratch, const Store& store) {
-  const int parts = weight_amx_parts(exec, g, d);
+  const int parts = parts_for(exec, g, d);
   const index_t units = d.units(g), RS = g.R * g.S, cout = g.cout;
   const index_t plane = d.BH * d.Wp, cpad = d.cpad, kpad = d.kpad;
   const std::size_t per_part = d.part_bytes(g), band_stride = d.band_stride(g),
@@ -229,12 +215,18 @@ void run_weight_amx(const Exec& exec, const geometry& g, const weight_amx_layout
                 float v = 0.f;
                 for (index_t p = 0; p < rows; ++p)
                   for (index_t q = 0; q < g.Wout; ++q)
-                    v += bf16_bits_value(xb[p * d.Wp + q]) * to_float(dk[p * g.Wout + q]);
+                    v += bfloat16::from_bits(xb[p * d.Wp + q]).to_float() *
+                         to_float(dk[p * g.Wout + q]);
                 sg[(t * cpad + c) * kpad + k] += v;
               }
             }
         continue;
       }
+      // The register block of 1 or 2 x 1 or 2 blocks of 16 channels.
+      const auto block = [](bool c2, bool k2) {
+        return c2 ? (k2 ? &amx_weight_block<2, 2> : &amx_weight_block<2, 1>)
+                  : (k2 ? &amx_weight_block<1, 2> : &amx_weight_block<1, 1>);
+      };
       // Taps innermost: a block's 32 channel planes and 32 channels of dy pairs (NB images)
       // are read by all R*S taps while they are in cache.
       for (index_t cb = 0; cb < cpad; cb += 32)
@@ -244,18 +236,7 @@ void run_weight_amx(const Exec& exec, const geometry& g, const weight_amx_layout
             const std::uint16_t* a = bands + cb * plane + t / g.S * g.dh * d.Wp + t % g.S * g.dw;
             const std::uint32_t* bw = dyt + kb;
             float* c = sg + (t * cpad + cb) * kpad + kb;
-            if (c2 && k2)
-              amx_weight_block<2, 2>(nb, steps, a, band_stride, plane, bw, dyt_words, kpad, c,
-                                     kpad);
-            else if (c2)
-              amx_weight_block<2, 1>(nb, steps, a, band_stride, plane, bw, dyt_words, kpad, c,
-                                     kpad);
-            else if (k2)
-              amx_weight_block<1, 2>(nb, steps, a, band_stride, plane, bw, dyt_words, kpad, c,
-                                     kpad);
-            else
-              amx_weight_block<1, 1>(nb, steps, a, band_stride, plane, bw, dyt_words, kpad, c,
-                                     kpad);
+            block(c2, k2)(nb, steps, a, band_stride, plane, bw, dyt_words, kpad, c, kpad);
           }
         }
     }

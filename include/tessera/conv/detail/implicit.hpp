@@ -83,11 +83,17 @@ inline std::size_t a_floats() {
 inline std::size_t c_floats(const geometry& g) {
   return static_cast<std::size_t>(MC * g.npad());
 }
-/// Threads an implicit convolution runs on: one per unit at most.
+/// Threads a convolution of `units` independent pieces of work runs on: one per unit at most.
 template <class Exec>
-int parts_for(const Exec& exec, const geometry& g) {
-  const index_t c = tessera::concurrency(exec);
-  return static_cast<int>(std::max<index_t>(1, std::min(c, g.units())));
+int parts_for(const Exec& exec, index_t units) {
+  return static_cast<int>(
+      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), units)));
+}
+/// The threads of a layout's units (direct_layout, weight_direct_layout, weight_amx_layout,
+/// narrow_conv::layout).
+template <class Exec, class Layout>
+int parts_for(const Exec& exec, const geometry& g, const Layout& d) {
+  return parts_for(exec, d.units(g));
 }
 
 /// Packs the weights: for group gi, KC slice pc and panel jp of NR channels, the kc x NR floats
@@ -185,12 +191,12 @@ void pack_pixels(const geometry& g, const T* in, index_t cs, index_t hs, index_t
 /// in_cs, row stride in_hs), packed weights pb, out (N, G*cout, Hout*Wout pixels contiguous per
 /// channel; image stride out_ns, channel stride out_cs). store(c_row, k, dst, count) writes
 /// count output values of channel k (of all G*cout) from the fp32 sums at c_row (stride npad).
-/// scratch: parts_for(exec, g) * (a_floats() + c_floats(g)) floats, 64-byte aligned.
+/// scratch: parts_for(exec, g.units()) * (a_floats() + c_floats(g)) floats, 64-byte aligned.
 template <class Exec, class T, class O, class Store>
 void run(const Exec& exec, const geometry& g, const T* in, index_t in_ns, index_t in_cs,
          index_t in_hs, const float* pb, O* out, index_t out_ns, index_t out_cs, float* scratch,
          const Store& store) {
-  const int parts = parts_for(exec, g);
+  const int parts = parts_for(exec, g.units());
   const index_t units = g.units(), blocks = g.blocks(), kred = g.kred(), np = g.npad();
   const std::size_t per_part = a_floats() + c_floats(g);
   const auto body = [&](const int part) {
@@ -394,13 +400,6 @@ inline unsigned char* tap_offsets(const geometry& g, index_t planes, index_t BH,
     off[q] = (c * BH + r * g.dh) * Wp + s * g.dw;
   }
   return static_cast<unsigned char*>(scratch) + round_up_64(sizeof(index_t) * n);
-}
-
-/// Threads of the direct path: one per unit at most.
-template <class Exec>
-int direct_parts(const Exec& exec, const geometry& g, const direct_layout& d) {
-  const index_t c = tessera::concurrency(exec);
-  return static_cast<int>(std::max<index_t>(1, std::min(c, d.units(g))));
 }
 
 /// The MR x NR tile at d (row stride ldd) = (acc ? d : 0) + sum over kk < kc of A(., kk) B(kk, .)
@@ -708,7 +707,7 @@ inline bool pairs_direct_for(const geometry& g) {
 /// takes the fp32 sums of output channel k of image n, output rows p0 .. p0 + count - 1 (Wout
 /// sums each, rows ld apart). Pairs: d is direct_layout_for(g, true), pb holds the weights as
 /// pack_weight_pairs wrote them (bf16 pairs), else as pack_weights did (fp32). scratch:
-/// d.steps(g) offsets (as index_t, rounded up to 64 bytes), then direct_parts(exec, g, d) *
+/// d.steps(g) offsets (as index_t, rounded up to 64 bytes), then parts_for(exec, g, d) *
 /// d.part_floats(g) floats, 64-byte aligned.
 template <bool Pairs, class Exec, class T, class Rows>
 void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, const T* in,
@@ -716,7 +715,7 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
                 const Rows& rows_out) {
   using word = std::conditional_t<Pairs, std::uint32_t, float>;
   static_assert(sizeof(word) == sizeof(float), "a band word is 4 bytes");
-  const int parts = direct_parts(exec, g, d);
+  const int parts = parts_for(exec, g, d);
   const index_t units = d.units(g), steps = d.steps(g), np = g.npad();
   const auto* pb = static_cast<const word*>(pbv);
   const auto* off = static_cast<const index_t*>(scratch);
@@ -851,9 +850,7 @@ inline std::size_t weight_scratch_floats(const geometry& g) {
 }
 template <class Exec>
 int weight_parts(const Exec& exec, const geometry& g) {
-  const index_t units = g.N * g.G * weight_blocking(g).blocks;
-  return static_cast<int>(
-      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), units)));
+  return parts_for(exec, g.N * g.G * weight_blocking(g).blocks);
 }
 
 /// Gathers the inputs of tap kk (channel c, kernel row r, column s) for pixels [m0, m0 + kp)
@@ -1143,12 +1140,6 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   // 32 -> 64 channels at 14 x 14, 1.00x at 1 thread, 0.90-1.00x at 2).
   if (pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0) d.klanes = true;
   return d;
-}
-
-template <class Exec>
-int weight_direct_parts(const Exec& exec, const geometry& g, const weight_direct_layout& d) {
-  return static_cast<int>(
-      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), d.units(g))));
 }
 
 /// True when none of the n floats at v is Inf or NaN (exponent bits all ones).
@@ -1554,7 +1545,7 @@ inline void lanes_blocks(index_t kp, index_t kred, const F& f) {
 /// Backward-weight through dot products (d.ok): x (in) and dy as for run_weight; store(k, kk,
 /// v) for every output channel and tap with v = alpha * sum. d.pairs: x and dy of precisions
 /// exact in bf16, run as bf16 (weight_block_pairs), else fp32. scratch: g.kred() offsets
-/// (index_t, rounded up to 64 bytes), then weight_direct_parts(exec, g, d) * d.part_bytes(g).
+/// (index_t, rounded up to 64 bytes), then parts_for(exec, g, d) * d.part_bytes(g).
 template <class Exec, class TX, class TD, class Store>
 void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_layout& d,
                        const TX* in, index_t in_ns, index_t in_cs, index_t in_hs, const TD* dy,
@@ -1562,7 +1553,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
   constexpr bool pairs = !std::is_same_v<TX, float>;
   using E = std::conditional_t<pairs, std::uint16_t, float>; // element of bands and dy grid
   static_assert(pairs || std::is_same_v<TD, float>, "fp32 dot products take fp32 x and dy");
-  const int parts = weight_direct_parts(exec, g, d);
+  const int parts = parts_for(exec, g, d);
   const index_t units = d.units(g), kred = g.kred(), cout = g.cout;
   const auto* off = static_cast<const index_t*>(scratch);
   unsigned char* base = tap_offsets(g, g.cin, d.BH, d.Wp, scratch);

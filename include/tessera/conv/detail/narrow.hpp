@@ -30,6 +30,7 @@ namespace tessera::detail {
 namespace narrow_conv {
 
 using implicit_conv::geometry;
+using implicit_conv::parts_for;
 using vf = hostgemm::fma_kernel::vf;
 inline constexpr index_t L = hostgemm::fma_kernel::L;
 /// Output channels per register block: KB x 2 accumulators + 2 inputs + 1 weight fit the
@@ -83,12 +84,6 @@ inline layout layout_for(const geometry& g, bool even_rows = false) {
   d.BH = d.BR + (g.R - 1) * g.dh;
   d.ok = true;
   return d;
-}
-
-template <class Exec>
-int parts_for(const Exec& exec, const geometry& g, const layout& d) {
-  return static_cast<int>(
-      std::max<index_t>(1, std::min<index_t>(tessera::concurrency(exec), d.units(g))));
 }
 
 /// out[k * ldo + j] = sum over kk < kred of w[kk * KB + k] * a0[off[kk] + j], k < KB, j < 2L.

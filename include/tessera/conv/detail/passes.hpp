@@ -473,14 +473,15 @@ struct backward_weight_pass {
       const auto g = forward_geometry(pb, alpha);
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
       // x and dy exact in bf16 (bf16, fp8) with stride 1 on AMX: tiles read from the bands
-      // (conv/detail/amx_weight.hpp).
+      // (conv/detail/amx_weight.hpp). No implicit_min_channels floor here: the layout's own
+      // rule bounds the waste of narrow layers instead (padding cin and cout to 16 and rows to
+      // Wp may at most double the products, which the tiles' rate repays many times).
       if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
         if (pb.N > 0 && ic::pairs_amx_cpu()) {
           const auto dl = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
           if (dl.ok) {
-            const auto [s_mem] =
-                carve<1>(ws, {static_cast<std::size_t>(ic::weight_amx_parts(exec, g, dl)) *
-                              dl.part_bytes(g)});
+            const auto [s_mem] = carve<1>(
+                ws, {static_cast<std::size_t>(ic::parts_for(exec, g, dl)) * dl.part_bytes(g)});
             ic::run_weight_amx(exec, g, dl, x.data(), x.stride(0), x.stride(1), x.stride(2),
                                dy.data(), dy.stride(0), dy.stride(1), s_mem, store_dw());
             exec.fence();
@@ -555,8 +556,7 @@ struct backward_weight_pass {
                             const implicit_conv::weight_direct_layout& dl) const {
     namespace ic = implicit_conv;
     return dl.ok ? round_up_64(sizeof(index_t) * static_cast<std::size_t>(g.kred())) +
-                       static_cast<std::size_t>(ic::weight_direct_parts(exec, g, dl)) *
-                           dl.part_bytes(g)
+                       static_cast<std::size_t>(ic::parts_for(exec, g, dl)) * dl.part_bytes(g)
                  : static_cast<std::size_t>(ic::weight_parts(exec, g)) *
                        ic::weight_scratch_floats(g) * 4;
   }

@@ -242,7 +242,7 @@ void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
                      conv2d_workspace<M>& ws, const WVal& wval, const StoreValue& store_value,
                      const Rows& rows) {
   namespace ic = implicit_conv;
-  const auto parts = static_cast<std::size_t>(ic::direct_parts(exec, g, d));
+  const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g, d));
   const std::size_t scratch = round_up_64(sizeof(index_t) * static_cast<std::size_t>(d.steps(g))) +
                               parts * d.part_floats(g) * 4;
   const std::size_t packed_words = Pairs ? d.packed_words(g) : ic::packed_b_floats(g);
@@ -287,7 +287,7 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
     return;
   }
   if constexpr (!Pairs) {
-    const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g));
+    const auto parts = static_cast<std::size_t>(ic::parts_for(exec, g.units()));
     const std::size_t scratch = parts * (ic::a_floats() + ic::c_floats(g)) * 4;
     const auto [b_mem, s_mem] = carve<2>(ws, {ic::packed_b_floats(g) * 4, scratch});
     const auto* wd = w.data();
