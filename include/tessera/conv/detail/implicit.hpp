@@ -324,34 +324,34 @@ struct direct_layout {
   index_t bands = 0;      ///< bands per image
   index_t BH = 0, Wp = 0; ///< rows and row length of the padded band
   index_t cap = 0;        ///< slots of a C block: rows * SP rounded up to MR, then to 16 (AMX: 32)
+  index_t PR = 0;         ///< AMX: grid rows of a chunk's pixels (BH and the last tiles' reads)
   index_t units(const geometry& g) const noexcept { return g.N * g.G * bands; }
   /// Planes the reduction runs over: AMX tiles take 16 pair planes a step (zeros past planes).
   index_t tile_planes() const noexcept { return amx ? (planes + 15) / 16 * 16 : planes; }
-  /// Band offset of slot i: output row i / SP, column i % SP (any slot when linear).
+  /// AMX: chunks of 16 pair planes (32 channels), each PR x Wp pixels of 16 words.
+  index_t chunks() const noexcept { return tile_planes() / 16; }
+  /// Band offset of slot i: output row i / SP, column i % SP (any slot when linear); AMX: its
+  /// pixel.
   index_t slot_offset(const geometry& g, index_t i) const noexcept {
     return i / SP * g.sh * Wp + i % SP * g.sw;
   }
-  /// Floats of the band with slack for the garbage slots' reads past its end.
+  /// Floats of the band with slack for the garbage slots' reads past its end; AMX: the chunks
+  /// of pixels, then the pair planes they are transposed from (planes x BH x Wp).
   std::size_t band_floats(const geometry& g) const noexcept {
     if (!amx) return static_cast<std::size_t>(planes * BH * Wp + cap * g.sw + 16);
-    // A tile reads 16 words from slot i's offset in each of 16 planes, up to slot cap - 1.
-    const index_t last = ((tile_planes() - 1) * BH + (g.R - 1) * g.dh) * Wp +
-                         slot_offset(g, cap - 16) + (g.S - 1) * g.dw + 16;
-    return static_cast<std::size_t>(std::max(tile_planes() * BH * Wp, last) + 16);
+    return static_cast<std::size_t>(chunks() * PR * Wp * 16 + (planes * BH * Wp + 15) / 16 * 16);
   }
   /// Steps of the reduction: one per (plane, r, s); AMX: one per (16 planes, r, s).
-  index_t steps(const geometry& g) const noexcept {
-    return (amx ? tile_planes() / 16 : planes) * g.R * g.S;
-  }
+  index_t steps(const geometry& g) const noexcept { return (amx ? chunks() : planes) * g.R * g.S; }
   /// 32-bit words of the packed weights (all groups).
   std::size_t packed_words(const geometry& g) const noexcept {
     return static_cast<std::size_t>(g.G * steps(g) * g.npad() * (amx ? 16 : 1));
   }
-  /// Per thread: band, C block (cap x npad) and its transpose (npad x cap); AMX: band and the
-  /// channel rows (npad x cap) the tiles store.
+  /// Row stride of the channel rows (channel_rows).
+  index_t ldt() const noexcept { return cap + 16; }
+  /// Per thread: band, C block (cap x npad) and its channel rows (npad x ldt).
   std::size_t part_floats(const geometry& g) const noexcept {
-    return (band_floats(g) + 15) / 16 * 16 +
-           (amx ? 1 : 2) * static_cast<std::size_t>(cap * g.npad());
+    return (band_floats(g) + 15) / 16 * 16 + static_cast<std::size_t>((cap + ldt()) * g.npad());
   }
 };
 
@@ -384,6 +384,11 @@ inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
   d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
   d.cap =
       d.amx ? (d.rows * d.SP + 31) / 32 * 32 : ((d.rows * d.SP + MR - 1) / MR * MR + 15) / 16 * 16;
+  if (d.amx) { // a chunk holds the band's rows and the pixels the last tile of any tap reads
+    const index_t last =
+        d.slot_offset(g, d.cap - 16) + 16 + (g.R - 1) * g.dh * d.Wp + (g.S - 1) * g.dw;
+    d.PR = std::max(d.BH, (last + d.Wp - 1) / d.Wp);
+  }
   d.ok = true;
   return d;
 }
@@ -599,21 +604,27 @@ void pack_weight_pairs(const Exec& exec, const geometry& g, const direct_layout&
 }
 
 #if TESSERA_GEMM_AMX
-// AMX tiles (CPUs with usable AMX-BF16): the same band of channel pairs, read by the tiles in
-// place. A tile row is 64 bytes, 16 words: one pair plane's words of 16 consecutive slots (so
-// unit column stride), and the 16 rows of a B tile are 16 pair planes, the band's plane stride
-// apart: B(pair plane, slot) for one tap (r, s) is a strided tile load from the band, no
-// im2col. The A tiles are the weights, 16 output channels x 16 pair planes of one tap, packed
-// once per call; TDPBF16PS then adds C(channel, slot) += the two channels' products of each
-// pair plane, so the C tiles are channel rows of slots, stored as they are (no transpose).
-// A register block is 32 channels x 32 slots (C tiles 0-3, A tiles 4-5, B tiles 6-7, all 8),
-// over every step of the reduction (16 planes x R x S per step; planes past (cin + 1) / 2 are
-// zeros in both the band and the weights). Sums: fp32, as the AMX GEMM's.
+// AMX tiles (CPUs with usable AMX-BF16): the band of channel pairs, transposed so that its
+// pixels are rows of 64 bytes. A chunk of 16 pair planes (32 channels) holds PR x Wp pixels of
+// the band's grid, each pixel the 16 words of its pairs; an A tile is 16 consecutive pixels of
+// a chunk, i.e. 1 KiB read in place with a 64-byte stride: slots i .. i + 15 of tap (r, s) start
+// at pixel slot_offset(i) + r dh Wp + s dw, so every tap's tile is a contiguous, aligned load
+// from the band (no im2col). The B tiles are the weights, 16 pair planes x 16 output channels
+// of one tap, packed once per call; TDPBF16PS then adds C(slot, channel) += the two channels'
+// products of each pair. A register block is 32 slots x 32 channels (C tiles 0-3, A tiles 4-5,
+// B tiles 6-7, all 8), over every step of the reduction (one chunk x R x S per step; pair planes
+// past (cin + 1) / 2 are zeros in both the band and the weights); the C block (slots x channels)
+// is transposed to channel rows as the fp32 form's. Sums: fp32, as the AMX GEMM's.
+//
+// The pixel-major band is what makes the tiles run: with the pair planes as tile rows (16 rows
+// a plane apart, the form before), one core reached 1,200-1,250 GFLOP/s on a 128 -> 128 channel
+// 3 x 3 layer's block loop, aligned or not; with pixel rows 1,960 (Xeon 0xCF, TDPBF16PS peak
+// about 2,300 on that core).
 
 /// pack_weights for AMX tiles: tile (gi, jt, q) for 16 output channels jt*16 .. and step
-/// q = (cb*R + r)*S + s holds, in row m, word k: channels 2*c2 (low half) and 2*c2 + 1 (high
+/// q = (cb*R + r)*S + s holds, in row k, word m: channels 2*c2 (low half) and 2*c2 + 1 (high
 /// half; zero past cin) of c2 = cb*16 + k, tap (r, s), output channel jt*16 + m (zero past
-/// cout or planes), at pb + ((gi*(npad/16) + jt)*steps + q)*256 + m*16 + k.
+/// cout or planes), at pb + ((gi*(npad/16) + jt)*steps + q)*256 + k*16 + m.
 template <class Exec, class WVal>
 void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout& d,
                        std::uint32_t* pb, const WVal& wval) {
@@ -624,33 +635,49 @@ void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout&
         const index_t gi = i / (tiles * steps), jt = i / steps % tiles, q = i % steps;
         const index_t cb = q / RS, t = q % RS;
         std::uint32_t* dst = pb + i * 256;
-        for (index_t m = 0; m < 16; ++m)
-          for (index_t k = 0; k < 16; ++k) {
+        for (index_t k = 0; k < 16; ++k)
+          for (index_t m = 0; m < 16; ++m) {
             const index_t c2 = cb * 16 + k, j = jt * 16 + m;
-            dst[m * 16 + k] = c2 < d.planes && j < g.cout ? weight_pair(g, wval, gi, c2, t, j) : 0u;
+            dst[k * 16 + m] = c2 < d.planes && j < g.cout ? weight_pair(g, wval, gi, c2, t, j) : 0u;
           }
       });
 }
 
-/// One register block: C (32 channels x 32 slots, fp32, rows ldc floats apart at c) = the sum
-/// over the steps q of the weight tiles w0 + q*256 (channels 0-15), w1 + q*256 (16-31) times
-/// the band tiles at a0 + off[q] (slots 0-15) and a1 + off[q] (16-31), planes `plane` bytes
-/// apart. The tiles are configured (hostgemm::amx_kernel::begin).
+/// The band's pixel chunks (see above) from the pair planes at planes_at (d.planes x BH x Wp
+/// words, as fill_band_pairs writes them): pixel j of chunk cb = word j of pair planes cb*16 ..
+/// cb*16 + 15 (zeros past d.planes). Pixels past BH x Wp are left as they are (zeros).
+inline void chunk_pixels(const direct_layout& d, const std::uint32_t* planes_at,
+                         std::uint32_t* band) {
+  const index_t n = d.BH * d.Wp;
+  const float* rows[16];
+  for (index_t cb = 0; cb < d.chunks(); ++cb) {
+    for (index_t i = 0; i < 16; ++i)
+      rows[i] = cb * 16 + i < d.planes
+                    ? reinterpret_cast<const float*>(planes_at + (cb * 16 + i) * n)
+                    : nullptr;
+    transpose16(rows, n, reinterpret_cast<float*>(band + cb * d.PR * d.Wp * 16), 16);
+  }
+}
+
+/// One register block: C (32 slots x 32 channels, fp32, rows ldc floats apart at c) = the sum
+/// over the steps q of the band tiles at a0 + 16 off[q] (slots 0-15) and a1 + 16 off[q]
+/// (16-31) times the weight tiles w0 + q*256 (channels 0-15) and w1 + q*256 (16-31). The tiles
+/// are configured (hostgemm::amx_kernel::begin).
 [[gnu::noinline]] inline void amx_direct_block(index_t steps, const std::uint32_t* a0,
                                                const std::uint32_t* a1, const index_t* off,
                                                const std::uint32_t* w0, const std::uint32_t* w1,
-                                               long plane, float* c, index_t ldc) {
+                                               float* c, index_t ldc) {
   TESSERA_AMX_ZERO(0);
   TESSERA_AMX_ZERO(1);
   TESSERA_AMX_ZERO(2);
   TESSERA_AMX_ZERO(3);
   for (index_t q = 0; q < steps; ++q) {
-    TESSERA_AMX_LOADD(4, w0 + q * 256, 64);
-    TESSERA_AMX_LOADD(6, a0 + off[q], plane);
-    TESSERA_AMX_LOADD(7, a1 + off[q], plane);
+    TESSERA_AMX_LOADD(4, a0 + off[q] * 16, 64);
+    TESSERA_AMX_LOADD(6, w0 + q * 256, 64);
+    TESSERA_AMX_LOADD(7, w1 + q * 256, 64);
     TESSERA_AMX_DPBF16PS(0, 4, 6);
     TESSERA_AMX_DPBF16PS(1, 4, 7);
-    TESSERA_AMX_LOADD(5, w1 + q * 256, 64);
+    TESSERA_AMX_LOADD(5, a1 + off[q] * 16, 64);
     TESSERA_AMX_DPBF16PS(2, 5, 6);
     TESSERA_AMX_DPBF16PS(3, 5, 7);
   }
@@ -703,6 +730,23 @@ inline bool pairs_direct_for(const geometry& g) {
   return pairs_layout_for(g).ok;
 }
 
+/// The sums of a unit's `rows` output rows as channel rows without the garbage slots:
+/// ct[j * ldt + p * Wout + q] = cb[(p * SP + q) * npad + j] for j < cout, p < rows, q < Wout, so
+/// that each channel's outputs of the unit are one contiguous run. 16 slots are transposed at a
+/// time: a row's last block spills up to 15 values past the row, which the next row's blocks
+/// then overwrite (past the last row they land in the slack of ldt = cap + 16), and reads up to
+/// 15 slots past the last row (inside the part's memory: ct follows cb).
+inline void channel_rows(const geometry& g, const direct_layout& d, const float* cb, index_t rows,
+                         float* ct) {
+  const index_t np = g.npad();
+  const float* trows[16];
+  for (index_t p = 0; p < rows; ++p)
+    for (index_t q0 = 0; q0 < g.Wout; q0 += 16) {
+      for (index_t i = 0; i < 16; ++i) trows[i] = cb + (p * d.SP + q0 + i) * np;
+      transpose16(trows, g.cout, ct + p * g.Wout + q0, d.ldt());
+    }
+}
+
 /// run() through the direct path (d.ok): same operands; rows_out(sums, ld, k, n, p0, count)
 /// takes the fp32 sums of output channel k of image n, output rows p0 .. p0 + count - 1 (Wout
 /// sums each, rows ld apart). Pairs: d is direct_layout_for(g, true), pb holds the weights as
@@ -719,43 +763,45 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
   const index_t units = d.units(g), steps = d.steps(g), np = g.npad();
   const auto* pb = static_cast<const word*>(pbv);
   const auto* off = static_cast<const index_t*>(scratch);
-  // AMX: a step's tile covers 16 planes, so its offset is that of the block's first plane.
-  word* base =
-      reinterpret_cast<word*>(d.amx ? tap_offsets(g, d.tile_planes() / 16, 16 * d.BH, d.Wp, scratch)
-                                    : tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
+  // AMX: a step reads a chunk of pixels; its offset (in pixels) is that of the chunk's start.
+  word* base = reinterpret_cast<word*>(d.amx ? tap_offsets(g, d.chunks(), d.PR, d.Wp, scratch)
+                                             : tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
   const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g),
                     band_used = static_cast<std::size_t>(d.planes * d.BH * d.Wp);
   const auto body = [&](const int part) {
     word* band = base + static_cast<std::size_t>(part) * per_part;
     float* cb = reinterpret_cast<float*>(band + (band_n + 15) / 16 * 16); // cap x np
-    float* ct = d.amx ? cb : cb + d.cap * np; // np x cap (AMX: the tiles' stores, no cb)
-    std::memset(band + band_used, 0, sizeof(word) * (band_n - band_used));
+    float* ct = cb + d.cap * np;                                          // np x ldt
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
     if constexpr (Pairs) {
-      if (d.amx) { // AMX tiles: the sums land as channel rows in ct
+      if (d.amx) { // AMX tiles: pair planes after the chunks, transposed into them per unit
+        std::uint32_t* planes_at = band + d.chunks() * d.PR * d.Wp * 16;
+        std::memset(band, 0, sizeof(word) * static_cast<std::size_t>(planes_at - band));
         hostgemm::amx_kernel::begin();
-        const long plane = static_cast<long>(d.BH * d.Wp * 4);
         const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
         for (index_t u = u0; u < u1; ++u) {
           const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
           const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
           fill_band_pairs(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 * g.sh - g.pt,
-                          band);
+                          planes_at);
+          chunk_pixels(d, planes_at, band);
           for (index_t jb = 0; jb < np; jb += 32) {
             const word* w0 = pb + ((gi * np + jb) * steps) * 16;
             for (index_t sb = 0; sb < slots; sb += 32)
-              amx_direct_block(steps, band + d.slot_offset(g, sb), band + d.slot_offset(g, sb + 16),
-                               off, w0, w0 + steps * 256, plane, ct + jb * d.cap + sb, d.cap);
+              amx_direct_block(steps, band + 16 * d.slot_offset(g, sb),
+                               band + 16 * d.slot_offset(g, sb + 16), off, w0, w0 + steps * 256,
+                               cb + sb * np + jb, np);
           }
+          channel_rows(g, d, cb, rows, ct);
           for (index_t j = 0; j < g.cout; ++j)
-            rows_out(ct + j * d.cap, d.SP, gi * g.cout + j, n, p0, rows);
+            rows_out(ct + j * d.ldt(), g.Wout, gi * g.cout + j, n, p0, rows);
         }
         hostgemm::amx_kernel::end();
         return;
       }
     }
 #endif
-    const float* trows[16];
+    std::memset(band + band_used, 0, sizeof(word) * (band_n - band_used));
     const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     for (index_t u = u0; u < u1; ++u) {
       const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
@@ -795,13 +841,9 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
           }
         }
       }
-      // Channel rows: ct[j * cap + slot] = cb[slot * np + j].
-      for (index_t s0 = 0; s0 < slots; s0 += 16) {
-        for (index_t i = 0; i < 16; ++i) trows[i] = cb + (s0 + i) * np;
-        transpose16(trows, g.cout, ct + s0, d.cap);
-      }
+      channel_rows(g, d, cb, rows, ct);
       for (index_t j = 0; j < g.cout; ++j)
-        rows_out(ct + j * d.cap, d.SP, gi * g.cout + j, n, p0, rows);
+        rows_out(ct + j * d.ldt(), g.Wout, gi * g.cout + j, n, p0, rows);
     }
   };
   if (parts == 1) {
