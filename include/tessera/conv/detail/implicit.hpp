@@ -248,6 +248,34 @@ void run(const Exec& exec, const geometry& g, const T* in, index_t in_ns, index_
 // 16 x 16 transposes (AVX-512 when compiled for it)
 // ---------------------------------------------------------------------------------------------
 
+#if defined(__AVX512F__)
+/// In-register 16 x 16 transpose: r[i] lane j becomes r[j] lane i.
+inline void transpose16_regs(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) { // 2 x 2 blocks of single floats
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) { // 4 x 4 blocks (pairs of floats)
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 2; ++i) // 128-bit lanes, then 256-bit halves
+    for (int k = 0; k < 4; ++k) {
+      t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+      t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+    }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+  }
+}
+#endif
+
 /// Transposes 16 rows of n floats (row i at rows[i]; nullptr: zeros) into n rows of 16 at dst,
 /// row j at dst + j*dld (dld >= 16, or smaller when the rows are written in order and the
 /// caller has 16 floats of slack past row n - 1: each row is stored as 16 floats).
@@ -255,30 +283,10 @@ inline void transpose16(const float* const* rows, index_t n, float* dst, index_t
   index_t j = 0;
 #if defined(__AVX512F__)
   for (; j + 16 <= n; j += 16) {
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int i = 0; i < 16; ++i)
       r[i] = rows[i] ? _mm512_loadu_ps(rows[i] + j) : _mm512_setzero_ps();
-    for (int i = 0; i < 8; ++i) { // 2 x 2 blocks of single floats
-      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) { // 4 x 4 blocks (pairs of floats)
-      const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-      const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-      r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-      r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-      r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-      r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int i = 0; i < 2; ++i) // 128-bit lanes, then 256-bit halves
-      for (int k = 0; k < 4; ++k) {
-        t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
-        t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
-      }
-    for (int k = 0; k < 8; ++k) {
-      r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-      r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-    }
+    transpose16_regs(r);
     for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + (j + k) * dld, r[k]);
   }
 #endif
@@ -336,10 +344,10 @@ struct direct_layout {
     return i / SP * g.sh * Wp + i % SP * g.sw;
   }
   /// Floats of the band with slack for the garbage slots' reads past its end; AMX: the chunks
-  /// of pixels, then the pair planes they are transposed from (planes x BH x Wp).
+  /// of pixels.
   std::size_t band_floats(const geometry& g) const noexcept {
     if (!amx) return static_cast<std::size_t>(planes * BH * Wp + cap * g.sw + 16);
-    return static_cast<std::size_t>(chunks() * PR * Wp * 16 + (planes * BH * Wp + 15) / 16 * 16);
+    return static_cast<std::size_t>(chunks() * PR * Wp * 16);
   }
   /// Steps of the reduction: one per (plane, r, s); AMX: one per (16 planes, r, s).
   index_t steps(const geometry& g) const noexcept { return (amx ? chunks() : planes) * g.R * g.S; }
@@ -643,19 +651,51 @@ void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout&
       });
 }
 
-/// The band's pixel chunks (see above) from the pair planes at planes_at (d.planes x BH x Wp
-/// words, as fill_band_pairs writes them): pixel j of chunk cb = word j of pair planes cb*16 ..
-/// cb*16 + 15 (zeros past d.planes). Pixels past BH x Wp are left as they are (zeros).
-inline void chunk_pixels(const direct_layout& d, const std::uint32_t* planes_at,
-                         std::uint32_t* band) {
-  const index_t n = d.BH * d.Wp;
-  const float* rows[16];
+/// The band's chunks of pixels (see above) straight from the input: pixel (hr, w) of chunk cb
+/// holds the pairs of channels cb*32 .. cb*32 + 31 (zero past cin) at input row h0 + hr, column
+/// w - pl (zeros outside the input). 16 band columns at a time, each of the chunk's 32 channel
+/// rows is loaded as bf16 into a vector's lanes (masked loads; fp8 widened in registers), the
+/// pairs formed and transposed in registers into 16 pixels: no copy of the rows in between (a
+/// copy through a buffer read back at once stalled on store forwarding: 0.5x). Pixels past
+/// BH x Wp are left as they are.
+template <class T>
+void fill_band_pixels(const geometry& g, const direct_layout& d, const T* in, index_t cs,
+                      index_t hs, index_t h0, std::uint32_t* band) {
+  index_t lo, hi; // band columns holding input columns: wc = w + pl
+  valid_output_range(g.Win, d.Wp, 1, -g.pl, lo, hi);
   for (index_t cb = 0; cb < d.chunks(); ++cb) {
-    for (index_t i = 0; i < 16; ++i)
-      rows[i] = cb * 16 + i < d.planes
-                    ? reinterpret_cast<const float*>(planes_at + (cb * 16 + i) * n)
-                    : nullptr;
-    transpose16(rows, n, reinterpret_cast<float*>(band + cb * d.PR * d.Wp * 16), 16);
+    const index_t nc = std::min<index_t>(32, g.cin - cb * 32); // channels of the chunk
+    for (index_t hr = 0; hr < d.BH; ++hr) {
+      std::uint32_t* px = band + ((cb * d.PR + hr) * d.Wp) * 16;
+      const index_t h = h0 + hr;
+      if (h < 0 || h >= g.Hin) {
+        std::memset(px, 0, 64 * static_cast<std::size_t>(d.Wp));
+        continue;
+      }
+      const T* row = in + cb * 32 * cs + h * hs;
+      for (index_t w = 0; w < d.Wp; w += 16) {
+        // Lanes [s, s + m) of this block hold input columns from c0 - pl on.
+        const index_t c0 = std::max(w, lo), m = std::min(w + 16, hi) - c0, s = c0 - w;
+        const __m256i shift = _mm256_sub_epi16(
+            _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm256_set1_epi16(static_cast<short>(s)));
+        const auto keep = static_cast<__mmask16>(0xffffu << std::min<index_t>(s, 16));
+        const auto lanes = [&](index_t i) { // channel i of the chunk, the block's 16 columns
+          if (i >= nc || m <= 0) return _mm512_setzero_si512();
+          __m256i v = hostgemm::amx_kernel::load16(row + i * cs + (c0 - g.pl), m);
+          if (s > 0) v = _mm256_maskz_permutexvar_epi16(keep, shift, v);
+          return _mm512_cvtepu16_epi32(v);
+        };
+        __m512 r[16];
+        for (index_t k = 0; k < 16; ++k)
+          r[k] = _mm512_castsi512_ps(
+              _mm512_or_si512(lanes(2 * k), _mm512_slli_epi32(lanes(2 * k + 1), 16)));
+        transpose16_regs(r);
+        const index_t n = std::min<index_t>(16, d.Wp - w);
+        for (index_t j = 0; j < n; ++j)
+          _mm512_store_si512(px + (w + j) * 16, _mm512_castps_si512(r[j]));
+      }
+    }
   }
 }
 
@@ -774,17 +814,15 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
     float* ct = cb + d.cap * np;                                          // np x ldt
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
     if constexpr (Pairs) {
-      if (d.amx) { // AMX tiles: pair planes after the chunks, transposed into them per unit
-        std::uint32_t* planes_at = band + d.chunks() * d.PR * d.Wp * 16;
-        std::memset(band, 0, sizeof(word) * static_cast<std::size_t>(planes_at - band));
+      if (d.amx) { // AMX tiles: the band's chunks of pixels (fill_band_pixels)
+        std::memset(band, 0, sizeof(word) * band_n);
         hostgemm::amx_kernel::begin();
         const index_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
         for (index_t u = u0; u < u1; ++u) {
           const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
           const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
-          fill_band_pairs(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs, p0 * g.sh - g.pt,
-                          planes_at);
-          chunk_pixels(d, planes_at, band);
+          fill_band_pixels(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs,
+                           p0 * g.sh - g.pt, band);
           for (index_t jb = 0; jb < np; jb += 32) {
             const word* w0 = pb + ((gi * np + jb) * steps) * 16;
             for (index_t sb = 0; sb < slots; sb += 32)
