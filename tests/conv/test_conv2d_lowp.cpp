@@ -167,6 +167,55 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
 #endif
 
 #if !TESSERA_DEVICE_PASS
+TEST_CASE("conv2d bf16 and fp8 stems: few input channels, strides 1-3 (AMX segments)",
+          "[conv][bf16][fp8][implicit][amx]") {
+  // On a CPU with usable AMX the forward pass of these layers takes the segments form of the
+  // direct path (each output pixel's reduction built as rows of 8-tap input segments); the
+  // other passes and other CPUs take their own paths. All must match the reference.
+  namespace ic = detail::implicit_conv;
+  using exec = Kokkos::DefaultExecutionSpace;
+  bool amx = false;
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+  amx = ic::pairs_amx_cpu();
+#endif
+  if (!amx) WARN("no usable AMX on this build and CPU: the segments form is not run");
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R,
+                        index_t stride, index_t pad) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = R;
+    s.prm = {.stride_h = stride,
+             .stride_w = stride,
+             .pad_top = pad,
+             .pad_bottom = pad,
+             .pad_left = pad,
+             .pad_right = pad};
+    return s;
+  };
+  const conv_shape stems[] = {
+      shape(2, 3, 32, 29, 27, 7, 2, 3), // a ResNet stem on odd sizes
+      shape(1, 3, 48, 40, 40, 7, 2, 3), // 20 x 20 outputs: two bands of 10 rows
+      shape(3, 3, 16, 17, 21, 5, 1, 2), // 5 x 5 stride 1: 15 segments in 4 steps
+      shape(2, 2, 24, 22, 25, 7, 3, 1), // stride 3, 14 segments
+  };
+  int i = 0;
+  for (const conv_shape& s : stems) {
+    INFO(describe(s));
+    const auto pb = problem_of(s);
+    const auto d = ic::pairs_layout_for(detail::forward_geometry(pb, 1.f));
+    if (amx) {
+      CHECK(detail::use_implicit(pb, pb.Kg, pb.crs()));
+      CHECK((d.ok && d.seg));
+    }
+    const std::uint64_t seed = 9900 + static_cast<std::uint64_t>(i);
+    check_all_passes<bf16, bf16, bf16>(exec{}, s, seed, budgets[i % 3]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(exec{}, s, seed, budgets[i % 3]);
+    check_all_passes<fp8_e5m2, bf16, fp32>(exec{}, s, seed, budgets[0]);
+    ++i;
+  }
+}
+#endif
+
+#if !TESSERA_DEVICE_PASS
 TEST_CASE("conv2d_backward_weight bf16 and fp8: output channels along the lanes, pairs of grid "
           "positions",
           "[conv][bf16][fp8][implicit]") {

@@ -19,6 +19,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -29,19 +30,20 @@ namespace ic = tessera::detail::implicit_conv;
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
 
 struct amx_case {
-  index_t N, G, cin, cout, H, W, R, S, sh, dh, dw, pad;
+  index_t N, G, cin, cout, H, W, R, S, sh, dh, dw, pad, sw = 1;
   std::string describe() const {
     return "N " + std::to_string(N) + " G " + std::to_string(G) + " cin " + std::to_string(cin) +
            " cout " + std::to_string(cout) + " " + std::to_string(H) + "x" + std::to_string(W) +
            " R " + std::to_string(R) + " S " + std::to_string(S) + " sh " + std::to_string(sh) +
-           " dil " + std::to_string(dh) + "," + std::to_string(dw) + " pad " + std::to_string(pad);
+           " dil " + std::to_string(dh) + "," + std::to_string(dw) + " pad " + std::to_string(pad) +
+           " sw " + std::to_string(sw);
   }
   ic::geometry geometry() const {
     ic::geometry g;
     g.N = N, g.G = G, g.cin = cin, g.cout = cout, g.Hin = H, g.Win = W, g.R = R, g.S = S;
-    g.sh = sh, g.sw = 1, g.dh = dh, g.dw = dw, g.pt = pad, g.pl = pad;
+    g.sh = sh, g.sw = sw, g.dh = dh, g.dw = dw, g.pt = pad, g.pl = pad;
     g.Hout = (H + 2 * pad - dh * (R - 1) - 1) / sh + 1;
-    g.Wout = W + 2 * pad - dw * (S - 1);
+    g.Wout = (W + 2 * pad - dw * (S - 1) - 1) / sw + 1;
     return g;
   }
 };
@@ -56,25 +58,34 @@ std::vector<tessera::storage_t<P>> values(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-/// run_direct on AMX tiles against a double reference; inf_c >= 0: x of image 0, channel inf_c
-/// in the middle of its last row is +Inf (the outputs it reaches are +-Inf or NaN as in the
-/// reference; padded channels and slots must not turn them into NaN).
-template <class Exec>
-void check_case(const amx_case& c, std::uint64_t seed, index_t inf_c = -1) {
-  INFO(c.describe() << (inf_c >= 0 ? ", +Inf in channel " + std::to_string(inf_c) : ""));
+/// run_direct on AMX tiles against a double reference, x of precision Px (bf16 or fp8), w bf16;
+/// seg: the segments form (else the grid band); inf_c >= 0: x of image 0, channel inf_c in the
+/// middle of its last row is +Inf (the outputs it reaches are +-Inf or NaN as in the
+/// reference; padded channels, taps and slots must not turn them into NaN).
+template <class Exec, class Px = tessera::bf16>
+void check_case(const amx_case& c, std::uint64_t seed, index_t inf_c = -1, bool seg = false) {
+  INFO(c.describe() << (inf_c >= 0 ? ", +Inf in channel " + std::to_string(inf_c) : "")
+                    << (std::is_same_v<Px, tessera::bf16> ? "" : ", fp8 x"));
   const ic::geometry g = c.geometry();
   const ic::direct_layout d = ic::direct_layout_for(g, true, false, true);
   REQUIRE(d.ok);
   REQUIRE(d.amx);
-  CHECK((d.SP % 16 == 0 || (c.sh == 1 && d.SP == d.Wp))); // whole tiles a row, or linear
+  REQUIRE(d.seg == seg);
+  if (seg) {
+    CHECK(d.SP == g.Wout);
+    CHECK(d.steps(g) == (c.cin * c.R + 3) / 4);
+  } else {
+    CHECK((d.SP % 16 == 0 || (c.sh == 1 && d.SP == d.Wp))); // whole tiles a row, or linear
+    CHECK(d.tile_planes() % 16 == 0);
+  }
   CHECK(d.cap % 32 == 0);
-  CHECK(d.tile_planes() % 16 == 0);
   // x (N, G*cin, H, W) and w (G*cout, cin, R, S), row-major.
   const index_t C = c.G * c.cin, K = c.G * c.cout, RS = c.R * c.S;
-  auto x = values<tessera::bf16>(static_cast<std::size_t>(c.N * C * c.H * c.W), seed);
+  auto x = values<Px>(static_cast<std::size_t>(c.N * C * c.H * c.W), seed);
   if (inf_c >= 0)
     x[static_cast<std::size_t>((inf_c * c.H + c.H - 1) * c.W + c.W / 2)] =
-        tessera::from_float<tessera::bf16>(std::numeric_limits<float>::infinity());
+        tessera::from_float<Px, tessera::overflow_to_inf_nan>(
+            std::numeric_limits<float>::infinity());
   const auto w = values<tessera::bf16>(static_cast<std::size_t>(K * c.cin * RS), seed + 1);
   const Exec exec;
   // Weights: B(kk, j) of group gi = w[gi*cout + j, c, r, s], kk = (c*R + r)*S + s.
@@ -93,16 +104,16 @@ void check_case(const amx_case& c, std::uint64_t seed, index_t inf_c = -1) {
   const index_t P = g.Hout, Q = g.Wout;
   std::vector<float> out(static_cast<std::size_t>(c.N * K * P * Q), std::nanf(""));
   std::vector<int> stored(out.size(), 0);
-  ic::run_direct<true>(
-      exec, g, d, x.data(), C * c.H * c.W, c.H * c.W, c.W, packed.data(), scratch,
-      [&](const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count) {
-        for (index_t p = 0; p < count; ++p)
-          for (index_t q = 0; q < Q; ++q) {
-            const auto o = static_cast<std::size_t>(((n * K + k) * P + p0 + p) * Q + q);
-            out[o] = sums[p * ld + q];
-            ++stored[o];
-          }
-      });
+  ic::run_direct<true>(exec, g, d, x.data(), C * c.H * c.W, c.H * c.W, c.W, packed.data(), scratch,
+                       [&](const float* sums, index_t k, index_t n, index_t p0, index_t count) {
+                         for (index_t p = 0; p < count; ++p)
+                           for (index_t q = 0; q < Q; ++q) {
+                             const auto o =
+                                 static_cast<std::size_t>(((n * K + k) * P + p0 + p) * Q + q);
+                             out[o] = sums[p * Q + q];
+                             ++stored[o];
+                           }
+                       });
   exec.fence();
   // Reference: double sums of the exact products; fp32 accumulation error within
   // (terms + 2) * 2^-24 * sum |terms| (a wrong tap, channel or slot is off by a whole term).
@@ -116,11 +127,10 @@ void check_case(const amx_case& c, std::uint64_t seed, index_t inf_c = -1) {
           for (index_t ch = 0; ch < c.cin; ++ch)
             for (index_t r = 0; r < c.R; ++r)
               for (index_t s = 0; s < c.S; ++s) {
-                const index_t h = p * c.sh - c.pad + r * c.dh, wc = q - c.pad + s * c.dw;
+                const index_t h = p * c.sh - c.pad + r * c.dh, wc = q * c.sw - c.pad + s * c.dw;
                 if (h < 0 || h >= c.H || wc < 0 || wc >= c.W) continue;
-                const double a =
-                    x[static_cast<std::size_t>(((n * C + gi * c.cin + ch) * c.H + h) * c.W + wc)]
-                        .to_float();
+                const double a = tessera::to_float(
+                    x[static_cast<std::size_t>(((n * C + gi * c.cin + ch) * c.H + h) * c.W + wc)]);
                 const double b =
                     w[static_cast<std::size_t>(((k * c.cin + ch) * c.R + r) * c.S + s)].to_float();
                 sum += a * b;
@@ -159,6 +169,7 @@ void check_cases() {
   std::uint64_t seed = 0xa3c0;
   for (const amx_case& c : cases) {
     check_case<Exec>(c, seed);
+    check_case<Exec, tessera::fp8_e4m3>(c, seed + 1); // four channel rows a register, widened
     seed += 2;
   }
   // +Inf in x: cin 51 fills two chunks of 32 channels, the second with 19; a chunk's input rows
@@ -166,17 +177,40 @@ void check_cases() {
   // zero weight = NaN).
   check_case<Exec>({2, 1, 51, 32, 11, 13, 3, 3, 1, 1, 1, 1}, seed, 25);
   check_case<Exec>({1, 1, 32, 48, 14, 14, 3, 3, 1, 1, 1, 1}, seed + 2, 7);
+  check_case<Exec, tessera::fp8_e5m2>({2, 1, 51, 32, 11, 13, 3, 3, 1, 1, 1, 1}, seed + 4, 27);
   // Pair planes padded to 16 may waste at most a quarter of the products: 17 pairs (cin 33) in
   // 32 planes are not taken.
   CHECK_FALSE(ic::direct_layout_for(amx_case{1, 1, 33, 32, 14, 14, 3, 3, 1, 1, 1, 1}.geometry(),
                                     true, false, true)
                   .ok);
-  // Column stride 2 is not a tile row of consecutive words: not taken.
-  amx_case c2{1, 1, 32, 32, 14, 14, 3, 3, 2, 1, 1, 1};
-  auto g2 = c2.geometry();
-  g2.sw = 2;
-  g2.Wout = (14 + 2 - 3) / 2 + 1;
-  CHECK_FALSE(ic::direct_layout_for(g2, true, false, true).ok);
+  // Column stride 2 is not a tile row of consecutive words, and 32 channels x 3 rows are more
+  // segments than the segments form takes: not taken.
+  CHECK_FALSE(ic::direct_layout_for(amx_case{1, 1, 32, 32, 14, 14, 3, 3, 2, 1, 1, 1, 2}.geometry(),
+                                    true, false, true)
+                  .ok);
+  // The segments form (few input channels, any stride): a segment's 8 lanes past S and outside
+  // the input are zeros, steps of 4 segments past cin*R too.
+  const amx_case segs[] = {
+      // N  G cin cout  H   W  R  S sh dh dw pad sw
+      {2, 1, 3, 64, 29, 31, 7, 7, 2, 1, 1, 3, 2}, // a stem (7 x 7 stride 2) on odd sizes
+      {1, 1, 3, 40, 56, 56, 7, 7, 2, 1, 1, 3, 2}, // the stem on 56 x 56: several bands, cout 40
+      {2, 2, 2, 16, 17, 19, 7, 7, 1, 1, 1, 3, 1}, // groups, stride 1: 14 segments in 4 steps
+      {1, 1, 3, 32, 23, 21, 5, 5, 2, 2, 1, 2, 2}, // row dilation 2, 15 segments
+      {3, 1, 2, 48, 20, 26, 5, 5, 1, 1, 1, 1, 3}, // column stride 3, 10 segments in 3 steps
+  };
+  for (const amx_case& c : segs) {
+    check_case<Exec>(c, seed, -1, true);
+    check_case<Exec, tessera::fp8_e4m3>(c, seed + 1, -1, true);
+    seed += 2;
+  }
+  // +Inf in the last row's middle column, read by lane s = 7 of some slots' segments (S = 7):
+  // those lanes must be zeros (Inf x a zero weight = NaN).
+  check_case<Exec>({1, 1, 2, 32, 12, 15, 7, 7, 1, 1, 1, 3, 1}, seed, 1, true);
+  check_case<Exec, tessera::fp8_e5m2>({1, 1, 3, 32, 15, 16, 7, 7, 2, 1, 1, 3, 2}, seed, 2, true);
+  // Steps less than half real products (cin 1, 5 x 5: 25 of 64) are not taken.
+  CHECK_FALSE(ic::direct_layout_for(amx_case{1, 1, 1, 32, 20, 20, 5, 5, 1, 1, 1, 2}.geometry(),
+                                    true, false, true)
+                  .ok);
 }
 
 TEST_CASE("conv2d direct path on AMX tiles (or their software model): the band read in place",

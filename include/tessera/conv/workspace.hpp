@@ -16,20 +16,23 @@
 ///  - multi-image tiles also gather dy / scatter y through a (Kg, t) tile (<= CRS * t * e for
 ///    usual layers); low-precision outputs accumulate in fp32 first: one tile's images
 ///    (C*H*W floats each) for backward-data, K*CRS floats for backward-weight.
-/// The host implicit-GEMM paths (fp32, see conv/conv2d.hpp) need no columns. Forward and
-/// stride-1 backward-data: the packed weights (K/groups rounded up to 32, times CRS floats per
-/// group) and, per thread, either a zero-padded band of the input rows one unit reads (a unit:
-/// about 224 output pixels, at least one output row) with a block of sums and its transpose
-/// (twice the unit's slots x K/groups rounded up to 32 floats), or a packed input block (224 x
-/// 512 floats) and a block of sums. Backward-weight, per thread: the padded bands of a block of
-/// images (at most 512 KiB) and dy copied onto their grid (about 6 KiB per output channel: a
-/// block spans about 96 vectors of pixels), or the packed blocks (about 1 MiB + 2 KiB per
-/// output channel of a group), and the thread's dW sums (CRS, rounded up to 14 on the packed
-/// path, times K/groups, rounded up to 32 there, per group). Backward-weight on AMX tiles, per
-/// thread: the bf16 bands and dy pairs of a block of images (at most 512 KiB unless one band
-/// row alone is more), 16 rows of dy on the band's grid, and the dW sums (R*S x C/groups x
-/// K/groups, each channel count rounded up to 16, floats per group).
-/// The total is independent of the batch size: never N*CRS*P*Q.
+/// The host implicit-GEMM paths (conv/detail/implicit.hpp: fp32, and operands exact in bf16
+/// through bf16 pairs or AMX tiles) need no columns. Forward and stride-1 backward-data: the
+/// packed weights (K/groups rounded up to 32, times CRS values per group: floats, or bf16 pairs
+/// padded to the pair planes or tile steps) and, per thread, either a zero-padded band of the
+/// input rows one unit reads (a unit: about 224 output pixels, at least one output row; on AMX
+/// tiles 256 pixels, the band then as chunks of 64-byte pixel rows, or for few input channels
+/// the pixels' rows of input segments, 64 bytes per pixel and 32 reduction values) with a block
+/// of sums (the unit's slots x K/groups rounded up to 32 floats) and its channel rows (the same
+/// plus 16 slots per channel), or a packed input block (224 x 512 floats) and a block of sums.
+/// Backward-weight, per thread: the padded bands of a block of images (at most 512 KiB) and dy
+/// copied onto their grid (about 6 KiB per output channel: a block spans about 96 vectors of
+/// pixels), or the packed blocks (about 1 MiB + 2 KiB per output channel of a group), and the
+/// thread's dW sums (CRS, rounded up to 14 on the packed path, times K/groups, rounded up to 32
+/// there, per group). Backward-weight on AMX tiles, per thread: the bf16 bands and dy pairs of a
+/// block of images (at most 512 KiB unless one band row alone is more), 16 rows of dy on the band's
+/// grid, and the dW sums (R*S x C/groups x K/groups, each channel count rounded up to 16, floats
+/// per group). The total is independent of the batch size: never N*CRS*P*Q.
 
 #include <tessera/tensor/extents.hpp>
 

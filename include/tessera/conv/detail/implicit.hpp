@@ -56,6 +56,11 @@ inline constexpr index_t MR = kern::MR, NR = kern::NR, KC = kern::KC;
 inline constexpr index_t MC = MR * 16;
 /// Output slots per band of the AMX direct form (rows of the band: amx_slots / slots a row).
 inline constexpr index_t amx_slots = 256;
+/// The AMX segments form: values of a segment (taps of one input row, padded with zeros),
+/// segments per 32-value step, and segments (input channels x R) at most.
+inline constexpr index_t seg_width = 8;
+inline constexpr index_t seg_per_step = 4;
+inline constexpr index_t max_segments = 64;
 
 /// Sizes and index maps of one implicit convolution (see the file comment).
 struct geometry {
@@ -326,6 +331,7 @@ inline void transpose16(const float* const* rows, index_t n, float* dst, index_t
 struct direct_layout {
   bool ok = false;        ///< the direct path applies (stride 1 or 2, waste under 25%)
   bool amx = false;       ///< AMX tiles of bf16 pairs (see "AMX tiles" below)
+  bool seg = false;       ///< AMX: rows of input segments per output pixel ("AMX segments")
   index_t planes = 0;     ///< planes of the band: cin, or (cin + 1) / 2 channel pairs
   index_t SP = 0;         ///< slots per output row
   index_t rows = 0;       ///< output rows per band (unit)
@@ -339,18 +345,23 @@ struct direct_layout {
   /// AMX: chunks of 16 pair planes (32 channels), each PR x Wp pixels of 16 words.
   index_t chunks() const noexcept { return tile_planes() / 16; }
   /// Band offset of slot i: output row i / SP, column i % SP (any slot when linear); AMX: its
-  /// pixel.
+  /// pixel; segments: the slot itself.
   index_t slot_offset(const geometry& g, index_t i) const noexcept {
-    return i / SP * g.sh * Wp + i % SP * g.sw;
+    return seg ? i : i / SP * g.sh * Wp + i % SP * g.sw;
   }
   /// Floats of the band with slack for the garbage slots' reads past its end; AMX: the chunks
-  /// of pixels.
+  /// of pixels; segments: a chunk of cap rows of 16 words per step.
   std::size_t band_floats(const geometry& g) const noexcept {
     if (!amx) return static_cast<std::size_t>(planes * BH * Wp + cap * g.sw + 16);
+    if (seg) return static_cast<std::size_t>(steps(g) * cap * 16);
     return static_cast<std::size_t>(chunks() * PR * Wp * 16);
   }
-  /// Steps of the reduction: one per (plane, r, s); AMX: one per (16 planes, r, s).
-  index_t steps(const geometry& g) const noexcept { return (amx ? chunks() : planes) * g.R * g.S; }
+  /// Steps of the reduction: one per (plane, r, s); AMX: one per (16 planes, r, s); segments:
+  /// one per 4 segments (32 values).
+  index_t steps(const geometry& g) const noexcept {
+    if (seg) return (g.cin * g.R + seg_per_step - 1) / seg_per_step;
+    return (amx ? chunks() : planes) * g.R * g.S;
+  }
   /// 32-bit words of the packed weights (all groups).
   std::size_t packed_words(const geometry& g) const noexcept {
     return static_cast<std::size_t>(g.G * steps(g) * g.npad() * (amx ? 16 : 1));
@@ -363,32 +374,55 @@ struct direct_layout {
   }
 };
 
-/// The layout of fp32 bands, or of bf16 channel pairs when `pairs` (AMX tiles when `amx`);
-/// even_rows: bands of an even number of output rows (all but a last one of odd Hout), for a
-/// consumer of row pairs.
-inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
-                                       bool even_rows = false, bool amx = false) {
-  direct_layout d;
-  d.amx = pairs && amx;
-  d.planes = pairs ? (g.cin + 1) / 2 : g.cin;
-  if (g.sh < 1 || g.sh > 2 || g.sw < 1 || g.sw > 2 || g.Wout < 1 || g.Hout < 1) return d;
-  // Slots come in micro-panels of MR (AMX: tiles of 16, one tile row = 16 consecutive words of
-  // the band, so unit column stride only).
-  const index_t unit = d.amx ? 16 : MR;
-  if (d.amx && (g.sw != 1 || 4 * d.tile_planes() > 5 * d.planes)) return d;
-  const index_t row_sp = (g.Wout + unit - 1) / unit * unit;
-  const index_t lin_wp = g.Wout + (g.S - 1) * g.dw;
-  const bool linear = g.sh == 1 && g.sw == 1 && (d.amx ? lin_wp <= row_sp : lin_wp < row_sp);
-  d.SP = linear ? lin_wp : row_sp;
-  d.Wp = linear ? lin_wp : (row_sp - 1) * g.sw + (g.S - 1) * g.dw + 1;
-  if (4 * d.SP > 5 * g.Wout) return d; // more than 25% of the products wasted
-  const index_t per = std::max<index_t>(1, (d.amx ? amx_slots : MC) / d.SP);
+/// The bands of output rows: rows per band (at most `slots` slots each, at least one row; an
+/// even number when even_rows, all but a last one of odd Hout), bands per image.
+inline void band_rows_for(const geometry& g, direct_layout& d, index_t slots, bool even_rows) {
+  const index_t per = std::max<index_t>(1, slots / d.SP);
   d.bands = (g.Hout + per - 1) / per;
   d.rows = (g.Hout + d.bands - 1) / d.bands;
   if (even_rows && d.rows % 2 != 0 && d.rows < g.Hout) { // every band starts at an even row
     ++d.rows;
     d.bands = (g.Hout + d.rows - 1) / d.rows;
   }
+}
+
+/// The AMX segments layout (see "AMX segments" below) of a convolution with few input channels
+/// (!ok unless each step's 32 values are at least half real products: cin R S >= 16 steps).
+inline direct_layout segments_layout_for(const geometry& g, bool even_rows) {
+  direct_layout d;
+  d.amx = d.seg = true;
+  d.planes = (g.cin + 1) / 2;
+  if (g.dw != 1 || g.S > seg_width || g.sh < 1 || g.sw < 1 || g.Wout < 1 || g.Hout < 1 ||
+      g.cin * g.R > max_segments)
+    return d;
+  if (2 * g.cin * g.R * g.S < d.steps(g) * seg_width * seg_per_step) return d;
+  d.SP = g.Wout;
+  band_rows_for(g, d, amx_slots, even_rows);
+  d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
+  d.cap = (d.rows * d.SP + 31) / 32 * 32;
+  d.ok = true;
+  return d;
+}
+
+/// The grid band's layout: of fp32, or of bf16 channel pairs when `pairs` (AMX tiles of its
+/// pixels when `amx`); even_rows: bands of an even number of output rows (all but a last one of
+/// odd Hout), for a consumer of row pairs.
+inline direct_layout grid_layout_for(const geometry& g, bool pairs, bool even_rows, bool amx) {
+  direct_layout d;
+  d.amx = pairs && amx;
+  d.planes = pairs ? (g.cin + 1) / 2 : g.cin;
+  if (d.amx && (g.sw != 1 || 4 * d.tile_planes() > 5 * d.planes)) return d;
+  if (g.sh < 1 || g.sh > 2 || g.sw < 1 || g.sw > 2 || g.Wout < 1 || g.Hout < 1) return d;
+  // Slots come in micro-panels of MR (AMX: tiles of 16, one tile row = 16 consecutive words of
+  // the band, so unit column stride only).
+  const index_t unit = d.amx ? 16 : MR;
+  const index_t row_sp = (g.Wout + unit - 1) / unit * unit;
+  const index_t lin_wp = g.Wout + (g.S - 1) * g.dw;
+  const bool linear = g.sh == 1 && g.sw == 1 && (d.amx ? lin_wp <= row_sp : lin_wp < row_sp);
+  d.SP = linear ? lin_wp : row_sp;
+  d.Wp = linear ? lin_wp : (row_sp - 1) * g.sw + (g.S - 1) * g.dw + 1;
+  if (4 * d.SP > 5 * g.Wout) return d; // more than 25% of the products wasted
+  band_rows_for(g, d, d.amx ? amx_slots : MC, even_rows);
   d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
   d.cap =
       d.amx ? (d.rows * d.SP + 31) / 32 * 32 : ((d.rows * d.SP + MR - 1) / MR * MR + 15) / 16 * 16;
@@ -399,6 +433,13 @@ inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
   }
   d.ok = true;
   return d;
+}
+/// The direct path's layout (grid_layout_for); on AMX tiles, where the grid does not apply (few
+/// input channels, a column stride other than 1), the segments (segments_layout_for).
+inline direct_layout direct_layout_for(const geometry& g, bool pairs = false,
+                                       bool even_rows = false, bool amx = false) {
+  const direct_layout d = grid_layout_for(g, pairs, even_rows, amx);
+  return d.ok || !(pairs && amx) ? d : segments_layout_for(g, even_rows);
 }
 
 /// The band offsets of the taps of a band of BH rows of Wp elements per plane, at the start of
@@ -413,6 +454,14 @@ inline unsigned char* tap_offsets(const geometry& g, index_t planes, index_t BH,
     off[q] = (c * BH + r * g.dh) * Wp + s * g.dw;
   }
   return static_cast<unsigned char*>(scratch) + round_up_64(sizeof(index_t) * n);
+}
+
+/// Step offsets of the segments form, at the start of scratch: off[k] = k * rows (in 64-byte
+/// rows). Returns the 64-byte aligned memory after them.
+inline unsigned char* step_offsets(index_t steps, index_t rows, void* scratch) {
+  auto* off = static_cast<index_t*>(scratch);
+  for (index_t k = 0; k < steps; ++k) off[k] = k * rows;
+  return static_cast<unsigned char*>(scratch) + round_up_64(sizeof(index_t) * steps);
 }
 
 /// The MR x NR tile at d (row stride ldd) = (acc ? d : 0) + sum over kk < kc of A(., kk) B(kk, .)
@@ -575,6 +624,14 @@ void fill_band_pairs(const geometry& g, const direct_layout& d, const T* in, ind
   }
 }
 
+/// The bf16 bits of a weight wval(gi, kk, j) gives (an element of the weights' storage type,
+/// or a float exact in bf16): fp8 through its table, bf16 as it is (a float decode and a bf16
+/// rounding per fp8 weight were a quarter of a 256-channel 14 x 14 layer's time).
+template <class WVal>
+std::uint32_t weight_bits(const WVal& wval, index_t gi, index_t kk, index_t j) {
+  return hostgemm::bf16_bits(wval(gi, kk, j));
+}
+
 /// The packed word of channel pair c2, tap t = r*S + s and output channel j of group gi: the
 /// bf16 of wval(gi, kk, j), kk = 2*c2*R*S + t (channel 2*c2), in the low half and that of
 /// channel 2*c2 + 1 (kk + R*S) in the high half, zero past cin.
@@ -582,9 +639,8 @@ template <class WVal>
 std::uint32_t weight_pair(const geometry& g, const WVal& wval, index_t gi, index_t c2, index_t t,
                           index_t j) {
   const index_t RS = g.R * g.S, kk = 2 * c2 * RS + t;
-  std::uint32_t word = bfloat16::from_float(wval(gi, kk, j)).bits;
-  if (2 * c2 + 1 < g.cin)
-    word |= std::uint32_t(bfloat16::from_float(wval(gi, kk + RS, j)).bits) << 16;
+  std::uint32_t word = weight_bits(wval, gi, kk, j);
+  if (2 * c2 + 1 < g.cin) word |= weight_bits(wval, gi, kk + RS, j) << 16;
   return word;
 }
 
@@ -632,7 +688,9 @@ void pack_weight_pairs(const Exec& exec, const geometry& g, const direct_layout&
 /// pack_weights for AMX tiles: tile (gi, jt, q) for 16 output channels jt*16 .. and step
 /// q = (cb*R + r)*S + s holds, in row k, word m: channels 2*c2 (low half) and 2*c2 + 1 (high
 /// half; zero past cin) of c2 = cb*16 + k, tap (r, s), output channel jt*16 + m (zero past
-/// cout or planes), at pb + ((gi*(npad/16) + jt)*steps + q)*256 + k*16 + m.
+/// cout or planes), at pb + ((gi*(npad/16) + jt)*steps + q)*256 + k*16 + m. Segments (d.seg):
+/// row k of step q holds values 32q + 2k (low half) and 32q + 2k + 1 of the slots' rows, value
+/// v being tap s = v % 8 of segment e = v / 8 = c*R + r (zero for s >= S or e >= cin*R).
 template <class Exec, class WVal>
 void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout& d,
                        std::uint32_t* pb, const WVal& wval) {
@@ -643,6 +701,20 @@ void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout&
         const index_t gi = i / (tiles * steps), jt = i / steps % tiles, q = i % steps;
         const index_t cb = q / RS, t = q % RS;
         std::uint32_t* dst = pb + i * 256;
+        if (d.seg) {
+          for (index_t k = 0; k < 16; ++k)
+            for (index_t m = 0; m < 16; ++m) {
+              const index_t e = q * seg_per_step + k / 4, j = jt * 16 + m;
+              std::uint32_t word = 0;
+              for (index_t h = 0; h < 2; ++h) {
+                const index_t sv = 2 * (k % 4) + h;
+                if (e < g.cin * g.R && sv < g.S && j < g.cout)
+                  word |= weight_bits(wval, gi, e * g.S + sv, j) << (16 * h);
+              }
+              dst[k * 16 + m] = word;
+            }
+          return;
+        }
         for (index_t k = 0; k < 16; ++k)
           for (index_t m = 0; m < 16; ++m) {
             const index_t c2 = cb * 16 + k, j = jt * 16 + m;
@@ -653,16 +725,25 @@ void pack_weight_tiles(const Exec& exec, const geometry& g, const direct_layout&
 
 /// The band's chunks of pixels (see above) straight from the input: pixel (hr, w) of chunk cb
 /// holds the pairs of channels cb*32 .. cb*32 + 31 (zero past cin) at input row h0 + hr, column
-/// w - pl (zeros outside the input). 16 band columns at a time, each of the chunk's 32 channel
-/// rows is loaded as bf16 into a vector's lanes (masked loads; fp8 widened in registers), the
-/// pairs formed and transposed in registers into 16 pixels: no copy of the rows in between (a
-/// copy through a buffer read back at once stalled on store forwarding: 0.5x). Pixels past
-/// BH x Wp are left as they are.
+/// w - pl (zeros outside the input). 16 band columns at a time: two channel rows (bf16) or four
+/// (fp8, then widened in one conversion) are loaded into one register, each into its own 16
+/// lanes by a masked load whose base is offset so that lane i reads band column w + i (the
+/// padding is the mask: no lane is shifted after the load); a permutation makes the pairs, and
+/// the 16 pair vectors are transposed in registers into 16 pixels: no copy of the rows in
+/// between (a copy through a buffer read back at once stalled on store forwarding: 0.5x).
+/// Pixels past BH x Wp are left as they are.
 template <class T>
 void fill_band_pixels(const geometry& g, const direct_layout& d, const T* in, index_t cs,
                       index_t hs, index_t h0, std::uint32_t* band) {
+  constexpr auto es = static_cast<std::intptr_t>(sizeof(T));
   index_t lo, hi; // band columns holding input columns: wc = w + pl
   valid_output_range(g.Win, d.Wp, 1, -g.pl, lo, hi);
+  // Word 2i of a pair vector is lane i of the register's first 16 (channel 2k), word 2i + 1
+  // lane i of its second 16 (channel 2k + 1).
+  alignas(64) static constexpr std::uint16_t pair_words[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i pairs = _mm512_load_si512(pair_words);
   for (index_t cb = 0; cb < d.chunks(); ++cb) {
     const index_t nc = std::min<index_t>(32, g.cin - cb * 32); // channels of the chunk
     for (index_t hr = 0; hr < d.BH; ++hr) {
@@ -672,29 +753,162 @@ void fill_band_pixels(const geometry& g, const direct_layout& d, const T* in, in
         std::memset(px, 0, 64 * static_cast<std::size_t>(d.Wp));
         continue;
       }
-      const T* row = in + cb * 32 * cs + h * hs;
+      const auto row = reinterpret_cast<std::intptr_t>(in + cb * 32 * cs + h * hs);
       for (index_t w = 0; w < d.Wp; w += 16) {
-        // Lanes [s, s + m) of this block hold input columns from c0 - pl on.
-        const index_t c0 = std::max(w, lo), m = std::min(w + 16, hi) - c0, s = c0 - w;
-        const __m256i shift = _mm256_sub_epi16(
-            _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm256_set1_epi16(static_cast<short>(s)));
-        const auto keep = static_cast<__mmask16>(0xffffu << std::min<index_t>(s, 16));
-        const auto lanes = [&](index_t i) { // channel i of the chunk, the block's 16 columns
-          if (i >= nc || m <= 0) return _mm512_setzero_si512();
-          __m256i v = hostgemm::amx_kernel::load16(row + i * cs + (c0 - g.pl), m);
-          if (s > 0) v = _mm256_maskz_permutexvar_epi16(keep, shift, v);
-          return _mm512_cvtepu16_epi32(v);
+        // Lanes [c0 - w, c1 - w) of this block hold input columns (band columns [c0, c1)).
+        const index_t c0 = std::max(w, lo), c1 = std::min(w + 16, hi);
+        const std::uint64_t valid =
+            c1 > c0 ? ((std::uint64_t(1) << (c1 - w)) - 1u) & ~((std::uint64_t(1) << (c0 - w)) - 1u)
+                    : 0u;
+        // Channel i's lanes in the register's u-th group of 16: the load's base is 16u elements
+        // before band column w's input (masked-off lanes are not read).
+        const auto mask = [&](index_t i, index_t u) { return i < nc ? valid << (16 * u) : 0u; };
+        const auto base = [&](index_t i, index_t u) {
+          return reinterpret_cast<const void*>(row + es * (i * cs + w - g.pl - 16 * u));
         };
         __m512 r[16];
-        for (index_t k = 0; k < 16; ++k)
-          r[k] = _mm512_castsi512_ps(
-              _mm512_or_si512(lanes(2 * k), _mm512_slli_epi32(lanes(2 * k + 1), 16)));
+        if constexpr (std::is_same_v<T, bfloat16>) {
+          for (index_t k = 0; k < 16; ++k) {
+            __m512i v =
+                _mm512_maskz_loadu_epi16(static_cast<__mmask32>(mask(2 * k, 0)), base(2 * k, 0));
+            v = _mm512_mask_loadu_epi16(v, static_cast<__mmask32>(mask(2 * k + 1, 1)),
+                                        base(2 * k + 1, 1));
+            r[k] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pairs, v));
+          }
+        } else {
+#if defined(__AVX512VBMI__)
+          for (index_t t = 0; t < 8; ++t) { // channels 4t .. 4t + 3: pair planes 2t, 2t + 1
+            __m512i v = _mm512_setzero_si512();
+            for (index_t u = 0; u < 4; ++u)
+              v = _mm512_mask_loadu_epi8(v, mask(4 * t + u, u), base(4 * t + u, u));
+            __m512i a, b;
+            hostgemm::fp8_to_bf16_x64<T>(v, a, b);
+            r[2 * t] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pairs, a));
+            r[2 * t + 1] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pairs, b));
+          }
+#else
+          for (index_t k = 0; k < 16; ++k) {
+            alignas(64) std::uint16_t t[32];
+            for (index_t u = 0; u < 2; ++u) {
+              const auto* src = reinterpret_cast<const T*>(row) + (2 * k + u) * cs + w - g.pl;
+              for (index_t i = 0; i < 16; ++i)
+                t[16 * u + i] =
+                    mask(2 * k + u, 0) >> i & 1u ? hostgemm::bf16_bits(src[i]) : std::uint16_t(0);
+            }
+            r[k] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pairs, _mm512_load_si512(t)));
+          }
+#endif
+        }
         transpose16_regs(r);
         const index_t n = std::min<index_t>(16, d.Wp - w);
         for (index_t j = 0; j < n; ++j)
           _mm512_store_si512(px + (w + j) * 16, _mm512_castps_si512(r[j]));
       }
+    }
+  }
+}
+
+// AMX segments (few input channels or a column stride of 2: a 7 x 7 stride-2 stem on 3
+// channels). The band above needs 32 channels a chunk and unit column stride; with 3 channels
+// it would multiply zeros in 10 of every 11 products. Here every output pixel (slot) gets its
+// own row of the reduction, as im2col would give it, but built straight into the A tiles' form
+// and in segments: segment e = c*R + r of slot (p, q) holds the 8 inputs x[c, p*sh - pt + r*dh,
+// q*sw - pl + s] for s < 8, zero for s >= S and outside the input (one masked load each, no
+// copy in between). Four segments are a step's 32 values, 16 pair words: one 64-byte tile row.
+// Chunk k of the band holds step k of every slot of the unit (cap rows), so an A tile is 16
+// consecutive slots of a chunk as in the grid form, and the register block, the C block and
+// channel_rows are the grid form's (SP = Wout: no garbage slots). The weights are packed in the
+// same order (pack_weight_tiles). A stem's slot is 6 steps of 32 values for 147 products (77%
+// used); the fill costs 4 masked loads and a store per step and slot, against 64 cout flops
+// per value on the tiles. (Filling and multiplying 32 slots at a time, the band then in L1,
+// ran at 0.8-0.9x: the tile loads wait for the fill's stores.)
+
+/// The segments (see above) of a unit's first `slots` slots (slot i = p*Wout + q, output row p
+/// of the unit, whose input row of tap r = 0 is h0 + p*sh): slot i of chunk k at band +
+/// (k*ld + i)*16.
+template <class T>
+void fill_band_segments(const geometry& g, const T* in, index_t cs, index_t hs, index_t h0,
+                        index_t slots, index_t ld, std::uint32_t* band) {
+  constexpr index_t W8 = seg_width, SPS = seg_per_step;
+  const index_t chunk = ld * 16;
+  constexpr auto es = static_cast<std::intptr_t>(sizeof(T));
+  const index_t segs = g.cin * g.R, steps = (segs + SPS - 1) / SPS;
+  // Taps s < S of slot column q inside the input: input columns c0 + s, c0 = q*sw - pl.
+  const auto taps = [&](index_t c0) {
+    const index_t a = std::max<index_t>(0, -c0), b = std::min(g.S, g.Win - c0);
+    return b > a ? ((1u << b) - 1u) & ~((1u << a) - 1u) : 0u;
+  };
+  // Segment e of output row p: its input row (bytes; `in` where it has no valid tap) and
+  // whether that row is inside the input (all 8 lanes or none). Lane W8*j + s of a register
+  // holding segment j reads column c0 + s: the masked load's base is W8*j elements before it
+  // (masked-off lanes are not read).
+  const auto row_of = [&](index_t p, index_t e, index_t j, std::intptr_t& at, std::uint64_t& rm) {
+    const index_t h = h0 + p * g.sh + e % g.R * g.dh;
+    const bool inside = e < segs && h >= 0 && h < g.Hin;
+    rm = inside ? std::uint64_t(0xff) << (W8 * j) : 0u;
+    at = reinterpret_cast<std::intptr_t>(inside ? in + e / g.R * cs + h * hs : in) - es * W8 * j;
+  };
+  // The slots in runs of one output row: p, columns [q0, q1).
+  for (index_t i0 = 0; i0 < slots;) {
+    const index_t p = i0 / g.Wout, q0 = i0 % g.Wout, q1 = std::min(g.Wout, q0 + slots - i0);
+    std::uint32_t* run = band + (i0 - q0) * 16; // column q's row at run + q*16
+    i0 += q1 - q0;
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      for (index_t k = 0; k < steps; ++k) {
+        std::intptr_t at[SPS];
+        std::uint64_t rm[SPS];
+        for (index_t j = 0; j < SPS; ++j) row_of(p, k * SPS + j, j, at[j], rm[j]);
+        std::uint32_t* dst = run + k * chunk;
+        for (index_t q = q0; q < q1; ++q) {
+          const index_t c0 = q * g.sw - g.pl;
+          const std::uint64_t cm = taps(c0) * 0x01010101u; // the taps in every segment's lanes
+          __m512i v = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (index_t j = 0; j < SPS; ++j)
+            v = _mm512_mask_loadu_epi16(v, static_cast<__mmask32>(cm & rm[j]),
+                                        reinterpret_cast<const void*>(at[j] + es * c0));
+          _mm512_store_si512(dst + q * 16, v);
+        }
+      }
+    } else {
+#if defined(__AVX512VBMI__)
+      // fp8: two steps' 64 codes a register, widened to bf16 in one conversion.
+      for (index_t k = 0; k < steps; k += 2) {
+        std::intptr_t at[2 * SPS];
+        std::uint64_t rm[2 * SPS];
+        for (index_t j = 0; j < 2 * SPS; ++j) row_of(p, k * SPS + j, j, at[j], rm[j]);
+        std::uint32_t* dst = run + k * chunk;
+        for (index_t q = q0; q < q1; ++q) {
+          const index_t c0 = q * g.sw - g.pl;
+          const std::uint64_t cm = taps(c0) * 0x0101010101010101ull;
+          __m512i v = _mm512_setzero_si512();
+#pragma GCC unroll 8
+          for (index_t j = 0; j < 2 * SPS; ++j)
+            v = _mm512_mask_loadu_epi8(v, cm & rm[j],
+                                       reinterpret_cast<const void*>(at[j] + es * c0));
+          __m512i lo, hi;
+          hostgemm::fp8_to_bf16_x64<T>(v, lo, hi);
+          _mm512_store_si512(dst + q * 16, lo);
+          if (k + 1 < steps) _mm512_store_si512(dst + chunk + q * 16, hi);
+        }
+      }
+#else
+      for (index_t k = 0; k < steps; ++k)
+        for (index_t q = q0; q < q1; ++q) {
+          const index_t c0 = q * g.sw - g.pl;
+          const std::uint32_t cm = taps(c0);
+          alignas(64) std::uint16_t t[2 * 16];
+          for (index_t j = 0; j < SPS; ++j) {
+            std::intptr_t at;
+            std::uint64_t rm;
+            row_of(p, k * SPS + j, 0, at, rm);
+            const auto* row = reinterpret_cast<const T*>(at);
+            for (index_t s = 0; s < W8; ++s)
+              t[W8 * j + s] = (cm & rm) >> s & 1u ? hostgemm::bf16_bits(row[c0 + s]) : 0;
+          }
+          std::memcpy(run + k * chunk + q * 16, t, 64);
+        }
+#endif
     }
   }
 }
@@ -787,9 +1001,9 @@ inline void channel_rows(const geometry& g, const direct_layout& d, const float*
     }
 }
 
-/// run() through the direct path (d.ok): same operands; rows_out(sums, ld, k, n, p0, count)
-/// takes the fp32 sums of output channel k of image n, output rows p0 .. p0 + count - 1 (Wout
-/// sums each, rows ld apart). Pairs: d is direct_layout_for(g, true), pb holds the weights as
+/// run() through the direct path (d.ok): same operands; rows_out(sums, k, n, p0, count) takes
+/// the fp32 sums of output channel k of image n, output rows p0 .. p0 + count - 1 (Wout sums
+/// each, contiguous). Pairs: d is direct_layout_for(g, true), pb holds the weights as
 /// pack_weight_pairs wrote them (bf16 pairs), else as pack_weights did (fp32). scratch:
 /// d.steps(g) offsets (as index_t, rounded up to 64 bytes), then parts_for(exec, g, d) *
 /// d.part_floats(g) floats, 64-byte aligned.
@@ -804,8 +1018,9 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
   const auto* pb = static_cast<const word*>(pbv);
   const auto* off = static_cast<const index_t*>(scratch);
   // AMX: a step reads a chunk of pixels; its offset (in pixels) is that of the chunk's start.
-  word* base = reinterpret_cast<word*>(d.amx ? tap_offsets(g, d.chunks(), d.PR, d.Wp, scratch)
-                                             : tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
+  word* base = reinterpret_cast<word*>(d.seg   ? step_offsets(steps, d.cap, scratch)
+                                       : d.amx ? tap_offsets(g, d.chunks(), d.PR, d.Wp, scratch)
+                                               : tap_offsets(g, d.planes, d.BH, d.Wp, scratch));
   const std::size_t per_part = d.part_floats(g), band_n = d.band_floats(g),
                     band_used = static_cast<std::size_t>(d.planes * d.BH * d.Wp);
   const auto body = [&](const int part) {
@@ -821,8 +1036,12 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
         for (index_t u = u0; u < u1; ++u) {
           const index_t n = u / (g.G * d.bands), gi = u / d.bands % g.G, p0 = u % d.bands * d.rows;
           const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
-          fill_band_pixels(g, d, in + n * in_ns + gi * g.cin * in_cs, in_cs, in_hs,
-                           p0 * g.sh - g.pt, band);
+          const T* img = in + n * in_ns + gi * g.cin * in_cs;
+          if (d.seg) {
+            fill_band_segments(g, img, in_cs, in_hs, p0 * g.sh - g.pt, slots, d.cap, band);
+          } else {
+            fill_band_pixels(g, d, img, in_cs, in_hs, p0 * g.sh - g.pt, band);
+          }
           for (index_t jb = 0; jb < np; jb += 32) {
             const word* w0 = pb + ((gi * np + jb) * steps) * 16;
             for (index_t sb = 0; sb < slots; sb += 32)
@@ -832,7 +1051,7 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
           }
           channel_rows(g, d, cb, rows, ct);
           for (index_t j = 0; j < g.cout; ++j)
-            rows_out(ct + j * d.ldt(), g.Wout, gi * g.cout + j, n, p0, rows);
+            rows_out(ct + j * d.ldt(), gi * g.cout + j, n, p0, rows);
         }
         hostgemm::amx_kernel::end();
         return;
@@ -880,8 +1099,7 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
         }
       }
       channel_rows(g, d, cb, rows, ct);
-      for (index_t j = 0; j < g.cout; ++j)
-        rows_out(ct + j * d.ldt(), g.Wout, gi * g.cout + j, n, p0, rows);
+      for (index_t j = 0; j < g.cout; ++j) rows_out(ct + j * d.ldt(), gi * g.cout + j, n, p0, rows);
     }
   };
   if (parts == 1) {

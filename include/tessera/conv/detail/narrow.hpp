@@ -127,8 +127,8 @@ void pack(const Exec& exec, const geometry& g, const layout& d, float* pw, const
 }
 
 /// The convolution (d.ok) of in (NCHW strides in_ns, in_cs, in_hs; W contiguous) with the packed
-/// weights pw: rows(sums, ld, k, n, p0, count) takes the fp32 sums of output channel k of image
-/// n, output rows p0 .. p0 + count - 1 (Wout sums each, rows ld apart). scratch: g.kred()
+/// weights pw: rows(sums, k, n, p0, count) takes the fp32 sums of output channel k of image n,
+/// output rows p0 .. p0 + count - 1 (Wout sums each, contiguous). scratch: g.kred()
 /// offsets (index_t, rounded up to 64 bytes), then parts_for(exec, g, d) * d.part_floats(g)
 /// floats.
 template <class Exec, class T, class Rows>
@@ -162,7 +162,7 @@ void run(const Exec& exec, const geometry& g, const layout& d, const T* in, inde
             narrow_block(kred, band + p * d.Wp + q0, off, wb, sums + p * g.Wout + q0, ld);
         for (index_t k = 0; k < kn; ++k) {
           const index_t kc = gi * g.cout + b * KB + k;
-          rows_out(sums + k * ld, g.Wout, kc, n, p0, rows);
+          rows_out(sums + k * ld, kc, n, p0, rows);
         }
       }
     }

@@ -206,7 +206,7 @@ bool forward_implicit(const Exec& exec, const XV& x, const WV& w, const BV& bias
   // A filter (C/groups, R, S) is row-major (require_rowmajor): tap kk is at offset kk.
   const index_t Kg = pb.Kg, ws0 = w.stride(0);
   const auto wval = [=](const auto* wd, index_t gi, index_t kk, index_t j) {
-    return to_float(wd[(gi * Kg + j) * ws0 + kk]);
+    return wd[(gi * Kg + j) * ws0 + kk];
   };
   const auto store_value = [&](index_t k) {
     float b = 0.f;
@@ -377,7 +377,7 @@ struct backward_data_pass {
             exec, g, dy, w, dx, ws,
             [=](const auto* wd, index_t gi, index_t kk, index_t j) {
               const index_t k = kk / RS, t = kk - k * RS;
-              return to_float(wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t]);
+              return wd[(gi * Kg + k) * ws0 + j * RS + RS - 1 - t];
             },
             [](index_t) {
               return store_rounded<pdx, no_epilogue, false>{0.f, no_epilogue{}};

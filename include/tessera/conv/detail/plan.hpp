@@ -127,10 +127,7 @@ inline implicit_conv::geometry backward_data_geometry(const conv2d_problem& pb, 
 }
 
 /// The function store_value(k) of the implicit paths returns: the stored value of an fp32 sum v
-/// is from_float<P>(e(v + b)) (Bias) or from_float<P>(e(v)), one rounding. run() stores rows of
-/// them from alpha * sums (bf16, fp8): the fp32 values first, then bulk conversions (convert_n,
-/// the same bits as from_float, in whole vectors), where GCC left the loop of scalar bf16 and
-/// fp8 roundings over rows of 14 unvectorised (twice the AMX products' time on a 14 x 14 layer).
+/// is from_float<P>(e(v + b)) (Bias) or from_float<P>(e(v)), one rounding.
 template <class P, class Epi, bool Bias>
 struct store_rounded {
   float b = 0.f;
@@ -142,84 +139,23 @@ struct store_rounded {
       return from_float<P>(e(v));
     }
   }
-  /// d[p * W + i] = (*this)(alpha * s[p * ld + i]) for rows p < rows, i < W.
-  void run(const float* s, index_t ld, index_t W, index_t rows, float alpha,
-           storage_t<P>* d) const {
-    static_assert(!std::is_same_v<P, fp32>, "fp32 rows need no bulk conversion (rows_into)");
-    constexpr index_t block = 256;
-    alignas(64) float t[block + 32];
-    index_t fill = 0; // values in t, to be stored at d
-    for (index_t p = 0; p < rows; ++p)
-      for (index_t q0 = 0; q0 < W;) {
-        const index_t m = std::min(W - q0, block - fill);
-        const float* sp = s + p * ld + q0;
-        for (index_t i = 0; i < m; ++i) {
-          if constexpr (Bias) {
-            t[fill + i] = e(alpha * sp[i] + b);
-          } else {
-            t[fill + i] = e(alpha * sp[i]);
-          }
-        }
-        fill += m;
-        q0 += m;
-        if (fill == block) {
-          convert(t, d, fill);
-          d += fill;
-          fill = 0;
-        }
-      }
-    if (fill > 0) convert(t, d, fill);
-  }
-
-private:
-  /// d[0, n) = from_float<P>(t[i]); t has room for 32 values past n. convert_n converts whole
-  /// vectors (16 or 32 values) and the rest one at a time: the last n % 32 are padded with
-  /// zeros to 32 and converted through u.
-  static void convert(float* t, storage_t<P>* d, index_t n) {
-    const index_t body = n / 32 * 32;
-    if (body > 0) convert_n<P>(t, d, static_cast<std::size_t>(body));
-    if (body < n) {
-      for (index_t i = n; i < body + 32; ++i) t[i] = 0.f;
-      storage_t<P> u[32];
-      convert_n<P>(t + body, u, 32);
-      for (index_t i = body; i < n; ++i) d[i] = u[i - body];
-    }
-  }
-};
-
-/// A store function with a bulk run of rows (store_rounded of a narrow storage type).
-template <class F, class O>
-concept bulk_store =
-    !std::is_same_v<O, float> && requires(const F& f, const float* s, float a, O* d, index_t n) {
-  f.run(s, n, n, n, a, d);
 };
 
 /// The rows consumer of the implicit paths that stores them into an NCHW view (rows of Wout
-/// contiguous): out[n, k, p0 + i, :] = f(alpha * sums[i * ld + :]), f = store_value(k) (bias,
-/// epilogue, rounding). A function per channel holds its bias by value, so that a run of one
-/// channel's outputs is a loop GCC vectorises (through store_value(k, v) it reloaded the bias
-/// per element, the output possibly aliasing it).
+/// contiguous): out[n, k, p0 + i, :] = f(alpha * sums[i * W + :]), f = store_value(k) (bias,
+/// epilogue, rounding). Every producer hands over a channel's rows as one contiguous run (the
+/// direct forms through channel_rows, the narrow form by its column blocks), so the store is
+/// one loop, which GCC vectorises. A function per channel holds its bias by value (through
+/// store_value(k, v) it reloaded the bias per element, the output possibly aliasing it).
 template <class O>
 struct rows_into {
   O* out;
   index_t ns, cs, W;
   template <class F>
-  void operator()(const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t rows,
-                  const F& f, float alpha) const {
+  void operator()(const float* sums, index_t k, index_t n, index_t p0, index_t rows, const F& f,
+                  float alpha) const {
     O* dst = out + n * ns + k * cs + p0 * W;
-    if (ld == W) { // the rows are contiguous in both: one run, which GCC vectorises
-      for (index_t i = 0; i < rows * W; ++i) dst[i] = f(alpha * sums[i]);
-      return;
-    }
-    // Rows apart: short rows (14 of a 14 x 14 layer) leave GCC's vector loop unused, so the
-    // narrow types go through the bulk run (bf16 rows of fmnist1's narrow path, contiguous,
-    // measured 0.7x through it: the two passes cost more than the one vectorised run).
-    if constexpr (bulk_store<F, O>) {
-      f.run(sums, ld, W, rows, alpha, dst);
-      return;
-    }
-    for (index_t p = 0; p < rows; ++p)
-      for (index_t i = 0; i < W; ++i) dst[p * W + i] = f(alpha * sums[p * ld + i]);
+    for (index_t i = 0; i < rows * W; ++i) dst[i] = f(alpha * sums[i]);
   }
 };
 
@@ -230,11 +166,11 @@ rows_into<storage_t<typename OV::precision>> rows_into_view(const OV& out) {
 
 /// Runs the direct form of an implicit convolution (d = implicit_conv::direct_layout_for(g) or,
 /// Pairs, implicit_conv::pairs_layout_for(g, ...); d.ok) of `in` with the weights w, wval(w data,
-/// group, kk, j) giving B(kk, j) of a group; `rows` (rows_into or another consumer of the same
-/// call) takes each channel's output rows of a band as f(alpha * sum), f = store_value(k): the
-/// function that turns the fp32 value of output channel k into the stored one (bias, epilogue,
-/// rounding). Pairs: the bf16 pairs form (the caller checked implicit_conv::pairs_direct_for(g);
-/// wval's values are exact in bf16).
+/// group, kk, j) giving B(kk, j) of a group (the element of w, converted by the packing); `rows`
+/// (rows_into or another consumer of the same call) takes each channel's output rows of a band as
+/// f(alpha * sum), f = store_value(k): the function that turns the fp32 value of output channel k
+/// into the stored one (bias, epilogue, rounding). Pairs: the bf16 pairs form (the caller checked
+/// implicit_conv::pairs_direct_for(g); wval's values are exact in bf16).
 template <bool Pairs, class Exec, class IV, class WV, class M, class WVal, class StoreValue,
           class Rows>
 void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
@@ -249,6 +185,7 @@ void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
   const auto [b_mem, s_mem] = carve<2>(ws, {packed_words * 4, scratch});
   const auto* wd = w.data();
   const auto wv = [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); };
+  const auto wf = [=](index_t gi, index_t kk, index_t j) { return to_float(wval(wd, gi, kk, j)); };
   if constexpr (Pairs) {
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
     if (d.amx) {
@@ -260,15 +197,15 @@ void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
     ic::pack_weight_pairs(exec, g, d, reinterpret_cast<std::uint32_t*>(b_mem), wv);
 #endif
   } else {
-    ic::pack_weights(exec, g, reinterpret_cast<float*>(b_mem), wv);
+    ic::pack_weights(exec, g, reinterpret_cast<float*>(b_mem), wf);
   }
   exec.fence();
   const float alpha = g.alpha;
-  ic::run_direct<Pairs>(
-      exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), b_mem, s_mem,
-      [&](const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count) {
-        rows(sums, ld, k, n, p0, count, store_value(k), alpha);
-      });
+  ic::run_direct<Pairs>(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), b_mem,
+                        s_mem,
+                        [&](const float* sums, index_t k, index_t n, index_t p0, index_t count) {
+                          rows(sums, k, n, p0, count, store_value(k), alpha);
+                        });
   exec.fence();
 }
 
@@ -291,8 +228,9 @@ void run_implicit(const Exec& exec, const implicit_conv::geometry& g, const IV& 
     const std::size_t scratch = parts * (ic::a_floats() + ic::c_floats(g)) * 4;
     const auto [b_mem, s_mem] = carve<2>(ws, {ic::packed_b_floats(g) * 4, scratch});
     const auto* wd = w.data();
-    ic::pack_weights(exec, g, reinterpret_cast<float*>(b_mem),
-                     [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
+    ic::pack_weights(
+        exec, g, reinterpret_cast<float*>(b_mem),
+        [=](index_t gi, index_t kk, index_t j) { return to_float(wval(wd, gi, kk, j)); });
     exec.fence();
     const index_t np = g.npad();
     ic::run(exec, g, in.data(), in.stride(0), in.stride(1), in.stride(2),
@@ -319,12 +257,13 @@ void run_narrow(const Exec& exec, const implicit_conv::geometry& g, const narrow
   const auto [w_mem, s_mem] = carve<2>(ws, {d.weight_floats(g) * 4, scratch});
   auto* pw = reinterpret_cast<float*>(w_mem);
   const auto* wd = w.data();
-  nc::pack(exec, g, d, pw, [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); });
+  nc::pack(exec, g, d, pw,
+           [=](index_t gi, index_t kk, index_t j) { return to_float(wval(wd, gi, kk, j)); });
   exec.fence();
   const float alpha = g.alpha;
   nc::run(exec, g, d, in.data(), in.stride(0), in.stride(1), in.stride(2), pw, s_mem,
-          [&](const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count) {
-            rows(sums, ld, k, n, p0, count, store_value(k), alpha);
+          [&](const float* sums, index_t k, index_t n, index_t p0, index_t count) {
+            rows(sums, k, n, p0, count, store_value(k), alpha);
           });
   exec.fence();
 }

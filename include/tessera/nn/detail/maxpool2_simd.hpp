@@ -208,13 +208,12 @@ inline constexpr index_t max_fused_width = 1024;
 
 /// nn::MaxPool2d<2> in a convolution's store (nn::Conv2d::forward_pooled): a consumer of output
 /// rows for tessera::detail::conv2d_forward_rows. Channel k of image n, rows p0 .. p0 + count - 1
-/// (p0 even) arrive as fp32 sums (ld apart) with the function f that gives their stored values
-/// (bias, ReLU, rounding to P); runs of row pairs are rounded into a stack buffer, as the
-/// convolution would have stored them (one loop over the run, garbage columns between rows
-/// included: few short loops with scalar tails), and pooled there four output rows at a time: y
-/// (B, C, H/2, W/2) and the positions arg, the same bits as MaxPool2d's forward over the stored
-/// output. A last unpaired row (odd H) is dropped, as the pooling drops it. W <=
-/// max_fused_width.
+/// (p0 even, W sums each, contiguous) arrive as fp32 sums with the function f that gives their
+/// stored values (bias, ReLU, rounding to P); runs of row pairs are rounded into a stack buffer,
+/// as the convolution would have stored them (one loop over the run), and pooled there four
+/// output rows at a time: y (B, C, H/2, W/2) and the positions arg, the same bits as
+/// MaxPool2d's forward over the stored output. A last unpaired row (odd H) is dropped, as the
+/// pooling drops it. W <= max_fused_width.
 template <class P>
 struct conv_rows {
   storage_t<P>* y;
@@ -224,26 +223,18 @@ struct conv_rows {
   static constexpr index_t stage_n = 4 * max_fused_width;
 
   template <class F>
-  void operator()(const float* sums, index_t ld, index_t k, index_t n, index_t p0, index_t count,
-                  const F& f, float alpha) const {
+  void operator()(const float* sums, index_t k, index_t n, index_t p0, index_t count, const F& f,
+                  float alpha) const {
     storage_t<P> stage[stage_n];
-    const index_t q2 = Q, pairs = count / 2;
-    // Row pairs per run: the stage holds 2 * per rows of ld (of W when ld is wider than half
-    // the stage: then row by row).
-    const bool whole = 2 * ld <= stage_n;
-    const index_t sld = whole ? ld : W, per = whole ? stage_n / (2 * ld) : 1;
+    const index_t q2 = Q, pairs = count / 2, sld = W;
+    const index_t per = stage_n / (2 * W); // row pairs per run (W <= max_fused_width: >= 2)
     storage_t<P>* out = y + ((n * C + k) * P2 + p0 / 2) * q2;
     std::uint8_t* at = arg + ((n * C + k) * P2 + p0 / 2) * q2;
     for (index_t i0 = 0; i0 < pairs; i0 += per) {
       const index_t m = pairs - i0 < per ? pairs - i0 : per;
-      const float* src = sums + 2 * i0 * ld;
-      if (whole) {
-        const index_t e_n = (2 * m - 1) * ld + 2 * q2; // to the last row's last pooled column
-        for (index_t e = 0; e < e_n; ++e) stage[e] = f(alpha * src[e]);
-      } else {
-        for (index_t r = 0; r < 2; ++r)
-          for (index_t e = 0; e < 2 * q2; ++e) stage[r * sld + e] = f(alpha * src[r * ld + e]);
-      }
+      const float* src = sums + 2 * i0 * W;
+      const index_t e_n = (2 * m - 1) * W + 2 * q2; // to the last row's last pooled column
+      for (index_t e = 0; e < e_n; ++e) stage[e] = f(alpha * src[e]);
       index_t i = 0;
 #if TESSERA_MAXPOOL2_SIMD
       if constexpr (simd_v<P>) {
