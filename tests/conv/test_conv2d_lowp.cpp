@@ -97,6 +97,18 @@ TEST_CASE("conv2d mixed precisions: low-precision operands, fp32 outputs and bac
 }
 
 #if !TESSERA_DEVICE_PASS
+namespace {
+/// True where the host's direct paths of operands exact in bf16 run on AMX tiles (the build
+/// targets AMX and this CPU and OS let the process use it).
+bool amx_tiles_here() {
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+  return detail::implicit_conv::pairs_amx_cpu();
+#else
+  return false;
+#endif
+}
+} // namespace
+
 TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
           "[conv][bf16][fp8][implicit]") {
   // Operands exact in bf16 take the direct path's bf16 pairs form (VDPBF16PS on pairs of input
@@ -104,10 +116,7 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
   // elsewhere im2col and the GEMM. Both must match the reference.
   namespace ic = detail::implicit_conv;
   using exec = Kokkos::DefaultExecutionSpace;
-  bool amx = false;
-#if TESSERA_GEMM_AMX
-  amx = cpu::amx_bf16_usable();
-#endif
+  const bool amx = amx_tiles_here();
   const bool pairs = detail::implicit_pairs_capable_v<exec, bf16, bf16> && !amx &&
                      cpu::has_avx512bf16() && ic::MR == 14;
   if (!pairs) WARN("no bf16 pairs path on this build and CPU: numerical checks only");
@@ -174,10 +183,7 @@ TEST_CASE("conv2d bf16 and fp8 stems: few input channels, strides 1-3 (AMX segme
   // other passes and other CPUs take their own paths. All must match the reference.
   namespace ic = detail::implicit_conv;
   using exec = Kokkos::DefaultExecutionSpace;
-  bool amx = false;
-#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
-  amx = ic::pairs_amx_cpu();
-#endif
+  const bool amx = amx_tiles_here();
   if (!amx) WARN("no usable AMX on this build and CPU: the segments form is not run");
   const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R,
                         index_t stride, index_t pad) {
