@@ -118,6 +118,12 @@ struct fma_kernel {
   /// rows, a few KiB apart, stay in L2. Larger B (2048^3, or B re-read for many row blocks of
   /// A) ran 2 to 8% slower unpacked: rows 8 or 16 KiB apart compete for a few cache sets.
   static constexpr index_t in_place_b_bytes = index_t(1) << 20;
+  /// ... and when its rows are at most a page apart. Rows farther apart put each row of a
+  /// micro-panel on a page of its own, more pages than the first-level TLB holds: a 1x1
+  /// convolution's image (B = x or dy, rows H W floats apart) read in place ran 0.66x the packed
+  /// speed (res1x1_56 backward-data, 256 rows 12.5 KiB apart; 0.87x its forward, 64 rows; 0.77x
+  /// res3x3_56 backward-data; Xeon family 6 model 0xCF, 1 thread, 2026-12-01).
+  static constexpr index_t in_place_b_row_bytes = 4096;
   /// How many rows ahead the packing of a transposed A prefetches (host_pack.hpp).
   static constexpr index_t prefetch_rows = 16;
 
