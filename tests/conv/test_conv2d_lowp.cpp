@@ -77,6 +77,79 @@ TEST_CASE("conv2d low precision, reduction C/groups*R*S < 16 and >= 16 output ch
   }
 }
 
+TEST_CASE("conv2d_backward_weight of first layers in bf16, fp8 and fp16: widened band by band",
+          "[conv][bf16][fp8][implicit]") {
+  // A reduction under 16 with stride 1 on AVX-512: the dot products along rows in fp32, each
+  // unit widening its band of x and its rows of dy as it copies them (run_weight_direct<true>);
+  // rows with padded columns run one by one, their tails masked, rows without (S = 1, no
+  // horizontal padding) as one linear run. Mixed precisions widen only what is not fp32.
+  namespace ic = detail::implicit_conv;
+  using exec = Kokkos::DefaultExecutionSpace;
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R, index_t S,
+                        conv2d_params prm) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = S, s.prm = prm;
+    return s;
+  };
+  const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const std::vector<conv_shape> shapes = {
+      shape(4, 1, 32, 28, 28, 3, 3, pad1), // FashionCNN's first layer
+      shape(3, 2, 17, 23, 31, 2, 3, {.pad_top = 1, .pad_left = 2, .pad_right = 0}),
+      shape(5, 1, 16, 9, 40, 3, 1, {.pad_top = 1, .pad_bottom = 1}), // rows without padding
+      shape(2, 2, 34, 20, 19, 3, 3,
+            {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
+      shape(3, 1, 20, 17, 70, 3, 3,
+            {.pad_top = 2,
+             .pad_bottom = 2,
+             .pad_left = 2,
+             .pad_right = 2,
+             .dilation_h = 2,
+             .dilation_w = 2}),
+  };
+  int i = 0;
+  for (const conv_shape& s : shapes) {
+    INFO(describe(s));
+#if defined(__AVX512F__)
+    const auto g = detail::forward_geometry(problem_of(s), 1.f);
+    CHECK(ic::weight_direct_layout_for(g, exec{}.concurrency(), false, true).ok);
+#endif
+    const std::uint64_t seed = 9800 + static_cast<std::uint64_t>(10 * i);
+    check_all_passes<bf16, bf16, bf16>(exec{}, s, seed, budgets[0]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(exec{}, s, seed + 1, budgets[0]);
+    check_all_passes<fp8_e5m2, bf16, fp8_e4m3>(exec{}, s, seed + 2, budgets[0]);
+    check_all_passes<fp16, fp16, fp16>(exec{}, s, seed + 3, budgets[0]);
+    check_all_passes<fp32, fp32, bf16>(exec{}, s, seed + 4, budgets[0]); // fp32 x, bf16 dy
+    check_all_passes<bf16, fp32, fp32>(exec{}, s, seed + 5, budgets[0]); // bf16 x, fp32 dy
+    ++i;
+  }
+  // Inf and NaN in x (at a row's last column: the padded column past it meets zeros of no
+  // true pair) and in dy (inside: every tap meets a true value): only true pairs are
+  // multiplied. (A non-finite dy at a border meets the padding's zeros; there every path, the
+  // GEMM's im2col columns too, multiplies it by them.)
+  const conv_shape s = shapes[0];
+  const auto nonfinite = [&]<class P>(P, float bad) {
+    INFO("x and dy in " << precision_traits<P>::name << " hold " << bad);
+    auto x = random_tensor<P>(31, s.N, s.C, s.H, s.W);
+    auto dy = random_tensor<P>(32, s.N, s.K, s.P(), s.Q());
+    auto xh = host_mirror_copy(x);
+    auto dyh = host_mirror_copy(dy);
+    xh(1, 0, 5, s.W - 1) = from_float<P>(bad);
+    dyh(2, 7, 6, 9) = from_float<P>(bad);
+    copy_from_host(x, xh);
+    copy_from_host(dy, dyh);
+    tensor4<fp32> dw("dw", s.K, s.C, s.R, s.S);
+    conv2d_workspace<> ws;
+    conv2d_backward_weight(exec{}, x, dy, dw, s.prm, ws);
+    check_kind_by_kind("backward_weight", to_doubles(dw),
+                       reference_conv2d_backward_weight(s, to_doubles(x), to_doubles(dy)),
+                       s.N * s.P() * s.Q() + 2);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {inf, -inf, std::numeric_limits<float>::quiet_NaN()})
+    nonfinite(bf16{}, bad);
+  nonfinite(fp8_e5m2{}, std::numeric_limits<float>::quiet_NaN());
+}
+
 TEST_CASE("conv2d fp16 mixed with fp32, bf16 and fp8, and 16-64 channels per group",
           "[conv][fp16][mixed]") {
   random_cases<fp16, fp16, fp32>(12, 20);     // fp16 operands, fp32 output

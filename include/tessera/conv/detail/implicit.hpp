@@ -387,7 +387,8 @@ inline void band_rows_for(const geometry& g, direct_layout& d, index_t slots, bo
 }
 
 /// The AMX segments layout (see "AMX segments" below) of a convolution with few input channels
-/// (!ok unless each step's 32 values are at least half real products: cin R S >= 16 steps).
+/// (!ok unless at least half of the steps' values are real products: 2 cin R S >= 32 steps).
+/// Its band has no rows of input (BH unused): each slot's segments are read from the input.
 inline direct_layout segments_layout_for(const geometry& g, bool even_rows) {
   direct_layout d;
   d.amx = d.seg = true;
@@ -398,7 +399,6 @@ inline direct_layout segments_layout_for(const geometry& g, bool even_rows) {
   if (2 * g.cin * g.R * g.S < d.steps(g) * seg_width * seg_per_step) return d;
   d.SP = g.Wout;
   band_rows_for(g, d, amx_slots, even_rows);
-  d.BH = (d.rows - 1) * g.sh + (g.R - 1) * g.dh + 1;
   d.cap = (d.rows * d.SP + 31) / 32 * 32;
   d.ok = true;
   return d;
@@ -498,6 +498,35 @@ template <index_t SW>
     }
 }
 
+/// dst[0, n) = src[0, n) widened to fp32, exactly: bf16 by a shift, fp8 through its bf16 bits
+/// (hostgemm::load_bf16, byte tables), 16 values a step, the last ones masked (convert_n, 16
+/// values a step and the rest one by one, took 37% of a first layer's fp8 backward-weight on
+/// rows of 28); other precisions through hostgemm::load_floats.
+template <class S>
+inline void widen_floats(const S* src, float* dst, index_t n) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if constexpr (std::is_same_v<S, bfloat16> || sizeof(S) == 1) {
+    alignas(64) std::uint16_t bits[64];
+    for (index_t i = 0; i < n; i += 64) {
+      const index_t m = std::min<index_t>(64, n - i);
+      const std::uint16_t* b = bits;
+      if constexpr (std::is_same_v<S, bfloat16>)
+        b = reinterpret_cast<const std::uint16_t*>(src + i);
+      else
+        hostgemm::load_bf16(src + i, bits, m);
+      for (index_t j = 0; j < m; j += 16) {
+        const index_t r = std::min<index_t>(16, m - j);
+        const auto k = static_cast<__mmask16>((1u << r) - 1u);
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, b + j));
+        _mm512_mask_storeu_ps(dst + i + j, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      }
+    }
+    return;
+  }
+#endif
+  hostgemm::load_floats(src, dst, n);
+}
+
 /// Copies input rows [h0, h0 + BH) (h0 may be negative; rows outside are zeros) of cin channel
 /// planes, each shifted right by pl columns and zero-padded to Wp, into band.
 template <class T>
@@ -538,11 +567,7 @@ void fill_band(const geometry& g, const direct_layout& d, const T* in, index_t c
       }
       const T* src = in + c * cs + h * hs - g.pl;
       for (index_t w = 0; w < lo; ++w) row[w] = 0.f;
-      if constexpr (std::is_same_v<T, float>) {
-        std::memcpy(row + lo, src + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
-      } else {
-        for (index_t w = lo; w < hi; ++w) row[w] = to_float(src[w]);
-      }
+      widen_floats(src + lo, row + lo, hi - lo);
       for (index_t w = hi; w < d.Wp; ++w) row[w] = 0.f;
     }
 }
@@ -823,12 +848,12 @@ void fill_band_pixels(const geometry& g, const direct_layout& d, const T* in, in
 // per value on the tiles. (Filling and multiplying 32 slots at a time, the band then in L1,
 // ran at 0.8-0.9x: the tile loads wait for the fill's stores.)
 
-/// The segments (see above) of a unit's first `slots` slots (slot i = p*Wout + q, output row p
+/// The segments (see above) of a unit's `rows` output rows (slot i = p*Wout + q, output row p
 /// of the unit, whose input row of tap r = 0 is h0 + p*sh): slot i of chunk k at band +
 /// (k*ld + i)*16.
 template <class T>
 void fill_band_segments(const geometry& g, const T* in, index_t cs, index_t hs, index_t h0,
-                        index_t slots, index_t ld, std::uint32_t* band) {
+                        index_t rows, index_t ld, std::uint32_t* band) {
   constexpr index_t W8 = seg_width, SPS = seg_per_step;
   const index_t chunk = ld * 16;
   constexpr auto es = static_cast<std::intptr_t>(sizeof(T));
@@ -848,18 +873,15 @@ void fill_band_segments(const geometry& g, const T* in, index_t cs, index_t hs, 
     rm = inside ? std::uint64_t(0xff) << (W8 * j) : 0u;
     at = reinterpret_cast<std::intptr_t>(inside ? in + e / g.R * cs + h * hs : in) - es * W8 * j;
   };
-  // The slots in runs of one output row: p, columns [q0, q1).
-  for (index_t i0 = 0; i0 < slots;) {
-    const index_t p = i0 / g.Wout, q0 = i0 % g.Wout, q1 = std::min(g.Wout, q0 + slots - i0);
-    std::uint32_t* run = band + (i0 - q0) * 16; // column q's row at run + q*16
-    i0 += q1 - q0;
+  for (index_t p = 0; p < rows; ++p) {
+    std::uint32_t* run = band + p * g.Wout * 16; // column q's row at run + q*16
     if constexpr (std::is_same_v<T, bfloat16>) {
       for (index_t k = 0; k < steps; ++k) {
         std::intptr_t at[SPS];
         std::uint64_t rm[SPS];
         for (index_t j = 0; j < SPS; ++j) row_of(p, k * SPS + j, j, at[j], rm[j]);
         std::uint32_t* dst = run + k * chunk;
-        for (index_t q = q0; q < q1; ++q) {
+        for (index_t q = 0; q < g.Wout; ++q) {
           const index_t c0 = q * g.sw - g.pl;
           const std::uint64_t cm = taps(c0) * 0x01010101u; // the taps in every segment's lanes
           __m512i v = _mm512_setzero_si512();
@@ -878,7 +900,7 @@ void fill_band_segments(const geometry& g, const T* in, index_t cs, index_t hs, 
         std::uint64_t rm[2 * SPS];
         for (index_t j = 0; j < 2 * SPS; ++j) row_of(p, k * SPS + j, j, at[j], rm[j]);
         std::uint32_t* dst = run + k * chunk;
-        for (index_t q = q0; q < q1; ++q) {
+        for (index_t q = 0; q < g.Wout; ++q) {
           const index_t c0 = q * g.sw - g.pl;
           const std::uint64_t cm = taps(c0) * 0x0101010101010101ull;
           __m512i v = _mm512_setzero_si512();
@@ -894,7 +916,7 @@ void fill_band_segments(const geometry& g, const T* in, index_t cs, index_t hs, 
       }
 #else
       for (index_t k = 0; k < steps; ++k)
-        for (index_t q = q0; q < q1; ++q) {
+        for (index_t q = 0; q < g.Wout; ++q) {
           const index_t c0 = q * g.sw - g.pl;
           const std::uint32_t cm = taps(c0);
           alignas(64) std::uint16_t t[2 * 16];
@@ -1038,7 +1060,7 @@ void run_direct(const Exec& exec, const geometry& g, const direct_layout& d, con
           const index_t rows = std::min(d.rows, g.Hout - p0), slots = rows * d.SP;
           const T* img = in + n * in_ns + gi * g.cin * in_cs;
           if (d.seg) {
-            fill_band_segments(g, img, in_cs, in_hs, p0 * g.sh - g.pt, slots, d.cap, band);
+            fill_band_segments(g, img, in_cs, in_hs, p0 * g.sh - g.pt, rows, d.cap, band);
           } else {
             fill_band_pixels(g, d, img, in_cs, in_hs, p0 * g.sh - g.pt, band);
           }
@@ -1164,7 +1186,7 @@ inline void gather_tap(const geometry& g, const float* in, index_t cs, index_t h
     float* out = d + (m - m0) - q0; // output column q at out[q]
     const index_t h = p * g.sh - g.pt + r * g.dh;
     if (h < 0 || h >= g.Hin) {
-      for (index_t q = q0; q < q1; ++q) out[q] = 0.f;
+      for (index_t q = 0; q < g.Wout; ++q) out[q] = 0.f;
     } else {
       const float* row = plane + h * hs + woff;
       const index_t a = std::clamp(lo, q0, q1), b = std::clamp(hi, a, q1);
@@ -1320,6 +1342,9 @@ struct weight_direct_layout {
   /// pixels x 64 (the last block pixels x its channels). bf16 pairs (weight_lanes_pairs): dy on
   /// the grid, then its pairs of positions (32-bit words) transposed so.
   bool klanes = false;
+  /// fp32 elements widened from x and dy of a lower precision: a unit's rows of dy are
+  /// widened into a copy (cout x BR x Wout floats per image), read as dy itself would be.
+  bool widened = false;
   index_t lanes() const noexcept { return pairs ? 32 : 16; }
   index_t units(const geometry& g) const noexcept { return g.G * nblk * bands; }
   /// A band in elements, with slack for the last row's reads past its end (zeros), rounded up
@@ -1332,6 +1357,8 @@ struct weight_direct_layout {
   /// floats, klanes), or 0.
   std::size_t dyp_stride(const geometry& g) const noexcept {
     const index_t L = lanes();
+    if (widened && !padded_dy)
+      return static_cast<std::size_t>(g.cout * BR * g.Wout + L - 1) / L * L;
     if (klanes && !pairs) return static_cast<std::size_t>(BR * g.Wout * g.cout);
     if (klanes) // the grid (channels grid_cs() apart), then its pairs transposed (words x cout)
       return static_cast<std::size_t>(g.cout * grid_cs() + 2 * g.cout * pair_words() + L - 1) / L *
@@ -1380,8 +1407,10 @@ struct weight_direct_layout {
 /// where the batch allows).
 /// pairs: the layout of bf16 elements (weight_block_pairs), which always copies dy onto the
 /// band's grid (as bf16: dy in fp8 is widened there) and needs a reduction of 32 or more.
+/// widened: fp32 elements from x and dy of a lower precision (run_weight_direct<true>): each
+/// unit widens its band and its rows of dy (contiguous per channel) as it copies them.
 inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t threads,
-                                                     bool pairs = false) {
+                                                     bool pairs = false, bool widened = false) {
   weight_direct_layout d;
   d.pairs = pairs;
 #if !defined(__AVX512F__)
@@ -1391,7 +1420,8 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   // Bands of NB images stay in L2 (512 KiB: half of Zen 4/5's L2, a quarter of Sapphire
   // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
   const index_t budget = (index_t(512) << 10) / (pairs ? 2 : 4); // elements
-  if (!pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0 && g.kred() >= 32) {
+  d.widened = widened;
+  if (!pairs && !widened && g.S == 3 && g.dw == 1 && g.cout % 16 == 0 && g.kred() >= 32) {
     // Output channels along the lanes (weight_lanes): a unit's band and transposed dy stay in
     // L2 together; its pixels are the reduction, each register block's sums kept in registers
     // over all of them (256 pixels or more per unit where the images allow). Not for a
@@ -1841,16 +1871,20 @@ inline void lanes_blocks(index_t kp, index_t kred, const F& f) {
 }
 
 /// Backward-weight through dot products (d.ok): x (in) and dy as for run_weight; store(k, kk,
-/// v) for every output channel and tap with v = alpha * sum. d.pairs: x and dy of precisions
-/// exact in bf16, run as bf16 (weight_block_pairs), else fp32. scratch: g.kred() offsets
-/// (index_t, rounded up to 64 bytes), then parts_for(exec, g, d) * d.part_bytes(g).
-template <class Exec, class TX, class TD, class Store>
+/// v) for every output channel and tap with v = alpha * sum. x and dy of precisions exact in
+/// bf16 run as bf16 (weight_block_pairs; d.pairs), or, Widened, as fp32: widened exactly into
+/// the bands and dy's grid as they are copied (d from weight_direct_layout_for(.., widened):
+/// a first layer's reduction, too short for pairs); fp32 x and dy run as fp32. scratch:
+/// g.kred() offsets (index_t, rounded up to 64 bytes), then parts_for(exec, g, d) *
+/// d.part_bytes(g).
+template <bool Widened = false, class Exec, class TX, class TD, class Store>
 void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_layout& d,
                        const TX* in, index_t in_ns, index_t in_cs, index_t in_hs, const TD* dy,
                        index_t dy_ns, index_t dy_cs, void* scratch, const Store& store) {
-  constexpr bool pairs = !std::is_same_v<TX, float>;
+  constexpr bool pairs = !Widened && !std::is_same_v<TX, float>;
+  constexpr bool fp32_dy = std::is_same_v<TD, float>;        // dy read in place where it may be
   using E = std::conditional_t<pairs, std::uint16_t, float>; // element of bands and dy grid
-  static_assert(pairs || std::is_same_v<TD, float>, "fp32 dot products take fp32 x and dy");
+  static_assert(pairs || Widened || fp32_dy, "fp32 dot products take fp32 x and dy");
   const int parts = parts_for(exec, g, d);
   const index_t units = d.units(g), kred = g.kred(), cout = g.cout;
   const auto* off = static_cast<const index_t*>(scratch);
@@ -1882,7 +1916,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
           fill_band(bg, fl, img, in_cs, in_hs, p0 - g.pt, band);
         }
         std::memset(band + band_n, 0, sizeof(E) * (band_stride - band_n));
-        if constexpr (!pairs) {
+        if constexpr (!pairs && fp32_dy) {
           if (d.klanes) { // dy as blocks of pixels x 64 channels, 16 channels at a time
             const float* src[16];
             float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
@@ -1891,6 +1925,14 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
               const index_t blk = k0 / 64, kv = std::min<index_t>(64, cout - 64 * blk);
               transpose16(src, rows * g.Wout, dt + blk * 64 * d.BR * g.Wout + k0 % 64, kv);
             }
+            continue;
+          }
+        }
+        if constexpr (!pairs && !fp32_dy) {
+          if (!d.padded_dy) { // widened: the band's rows of dy, contiguous per channel
+            float* dw = dyp + static_cast<std::size_t>(b) * dyp_stride;
+            for (index_t k = 0; k < cout; ++k)
+              widen_floats(dyimg + b * dy_ns + k * dy_cs, dw + k * d.BR * g.Wout, rows * g.Wout);
             continue;
           }
         }
@@ -1906,7 +1948,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             if constexpr (pairs) {
               hostgemm::load_bf16(src, row, g.Wout);
             } else {
-              std::memcpy(row, src, sizeof(float) * static_cast<std::size_t>(g.Wout));
+              hostgemm::load_floats(src, row, g.Wout); // a copy, or widened exactly
             }
             for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = E(0);
           }
@@ -1943,7 +1985,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         }
       }
 #endif
-      if constexpr (!pairs) {
+      if constexpr (!pairs && fp32_dy) {
         if (d.klanes) { // the channels along the lanes
           float* sg = sums + gi * kred * cout;
           lanes_blocks(cout, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
@@ -1963,15 +2005,16 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
       // pairs are multiplied (as do the rows when dy is not copied): on dy itself in fp32, on
       // the grid for bf16 (always copied).
       const bool linear = d.Wp == g.Wout || (d.padded_dy && finite);
-      const bool grid = d.padded_dy && (linear || pairs);
+      const bool grid = d.padded_dy && (linear || !fp32_dy); // dy in fp32 only on the grid
+      const bool copy = !grid && !fp32_dy;                   // the widened rows of dy
       const E* dyb;
-      if constexpr (pairs) {
-        dyb = dyp;
-      } else {
+      if constexpr (fp32_dy) {
         dyb = grid ? dyp : dyimg;
+      } else {
+        dyb = dyp;
       }
-      const index_t dcs = grid ? d.grid_cs() : dy_cs;
-      const index_t dis = grid ? static_cast<index_t>(dyp_stride) : dy_ns;
+      const index_t dcs = grid ? d.grid_cs() : copy ? d.BR * g.Wout : dy_cs;
+      const index_t dis = grid || copy ? static_cast<index_t>(dyp_stride) : dy_ns;
       const index_t drs = grid ? d.Wp : g.Wout;
       const index_t rn = linear ? 1 : rows, n = linear ? rows * d.Wp : g.Wout;
       float* sg = sums + gi * cout * kred;

@@ -510,12 +510,27 @@ struct backward_weight_pass {
       // reduction C/groups*R*S under 16 (a first layer: 1 x 3 x 3), where the GEMM dW = dy col^T
       // is too thin for the low-precision kernels and decodes every element in the direct loop
       // (1 GFLOP/s for fp8): they are widened to fp32 (exact), the same products 10-25x faster.
+      // With stride 1 on AVX-512 each unit widens its own band and dy rows as it copies them
+      // (run_weight_direct<true>); else x and dy are widened whole first (contiguous copies).
       constexpr bool native = implicit_capable_v<Exec, px, pdy>;
-      const bool widen = !native && pb.crs() < 16 && x.is_contiguous() && dy.is_contiguous();
+      const bool widen = !native && pb.crs() < 16;
       if (pb.N > 0 && pb.Kg >= implicit_min_channels && (native || widen)) {
         // Stride 1 on AVX-512: dot products along output rows; else gathers and transposes.
         const ic::weight_direct_layout dl =
-            ic::weight_direct_layout_for(g, tessera::concurrency(exec));
+            ic::weight_direct_layout_for(g, tessera::concurrency(exec), false, !native);
+        if constexpr (!native) {
+#if defined(__AVX512F__)
+          if (dl.ok) {
+            const auto [s_mem] = carve<1>(ws, {scratch_bytes(g, dl)});
+            ic::run_weight_direct<true>(exec, g, dl, x.data(), x.stride(0), x.stride(1),
+                                        x.stride(2), dy.data(), dy.stride(0), dy.stride(1), s_mem,
+                                        store_dw());
+            exec.fence();
+            return true;
+          }
+#endif
+          if (!x.is_contiguous() || !dy.is_contiguous()) return false;
+        }
         const std::size_t nx = native ? 0 : static_cast<std::size_t>(x.size());
         const std::size_t ndy = native ? 0 : static_cast<std::size_t>(dy.size());
         const auto [x_mem, dy_mem, s_mem] = carve<3>(ws, {nx * 4, ndy * 4, scratch_bytes(g, dl)});
