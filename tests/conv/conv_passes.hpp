@@ -256,14 +256,17 @@ struct direct_layer {
   bool weight_lanes = false; ///< backward-weight with output channels along the lanes (fp32)
 };
 
+/// The shape of N images of C channels H x W, K filters R x S, parameters prm.
+inline conv_shape make_shape(index_t N, index_t C, index_t K, index_t H, index_t W, index_t R,
+                             index_t S, const conv2d_params& prm) {
+  conv_shape s;
+  s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = S, s.prm = prm;
+  return s;
+}
+
 /// Layers chosen to hit each form of the direct paths (conv/detail/implicit.hpp).
 inline std::vector<direct_layer> direct_layers() {
-  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R, index_t S,
-                        conv2d_params prm) {
-    conv_shape s;
-    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = S, s.prm = prm;
-    return s;
-  };
+  constexpr auto shape = make_shape;
   const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
   const bool avx512 =
 #if defined(__AVX512F__)

@@ -85,12 +85,7 @@ TEST_CASE("conv2d_backward_weight of first layers in bf16, fp8 and fp16: widened
   // horizontal padding) as one linear run. Mixed precisions widen only what is not fp32.
   namespace ic = detail::implicit_conv;
   using exec = Kokkos::DefaultExecutionSpace;
-  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R, index_t S,
-                        conv2d_params prm) {
-    conv_shape s;
-    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = S, s.prm = prm;
-    return s;
-  };
+  constexpr auto shape = make_shape;
   const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
   const std::vector<conv_shape> shapes = {
       shape(4, 1, 32, 28, 28, 3, 3, pad1), // FashionCNN's first layer
