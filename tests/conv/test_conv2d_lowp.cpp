@@ -87,19 +87,15 @@ TEST_CASE("conv2d_backward_weight of first layers in bf16, fp8 and fp16: widened
   using exec = Kokkos::DefaultExecutionSpace;
   constexpr auto shape = make_shape;
   const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  conv2d_params dilated = pad1;
+  dilated.pad_top = dilated.pad_right = 2, dilated.dilation_h = dilated.dilation_w = 2;
   const std::vector<conv_shape> shapes = {
       shape(4, 1, 32, 28, 28, 3, 3, pad1), // FashionCNN's first layer
       shape(3, 2, 17, 23, 31, 2, 3, {.pad_top = 1, .pad_left = 2, .pad_right = 0}),
       shape(5, 1, 16, 9, 40, 3, 1, {.pad_top = 1, .pad_bottom = 1}), // rows without padding
       shape(2, 2, 34, 20, 19, 3, 3,
             {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
-      shape(3, 1, 20, 17, 70, 3, 3,
-            {.pad_top = 2,
-             .pad_bottom = 2,
-             .pad_left = 2,
-             .pad_right = 2,
-             .dilation_h = 2,
-             .dilation_w = 2}),
+      shape(3, 1, 20, 17, 70, 3, 3, dilated), // asymmetric padding, dilation 2
   };
   int i = 0;
   for (const conv_shape& s : shapes) {
