@@ -1186,7 +1186,7 @@ inline void gather_tap(const geometry& g, const float* in, index_t cs, index_t h
     float* out = d + (m - m0) - q0; // output column q at out[q]
     const index_t h = p * g.sh - g.pt + r * g.dh;
     if (h < 0 || h >= g.Hin) {
-      for (index_t q = 0; q < g.Wout; ++q) out[q] = 0.f;
+      for (index_t q = q0; q < q1; ++q) out[q] = 0.f;
     } else {
       const float* row = plane + h * hs + woff;
       const index_t a = std::clamp(lo, q0, q1), b = std::clamp(hi, a, q1);
@@ -1357,7 +1357,7 @@ struct weight_direct_layout {
   /// floats, klanes), or 0.
   std::size_t dyp_stride(const geometry& g) const noexcept {
     const index_t L = lanes();
-    if (widened && !padded_dy)
+    if (widened) // never on the grid (padded_dy false)
       return static_cast<std::size_t>(g.cout * BR * g.Wout + L - 1) / L * L;
     if (klanes && !pairs) return static_cast<std::size_t>(BR * g.Wout * g.cout);
     if (klanes) // the grid (channels grid_cs() apart), then its pairs transposed (words x cout)
@@ -1446,7 +1446,7 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   // dy is copied onto the band's grid only when the copy (cout x pixels) is small beside the
   // products (cout x pixels x kred): with a reduction under 32 (a first layer, 1 x 3 x 3) the
   // rows run one by one on dy itself, their tails masked.
-  d.padded_dy = pairs || (d.Wp > g.Wout && g.kred() >= 32);
+  d.padded_dy = !widened && (pairs || (d.Wp > g.Wout && g.kred() >= 32));
   const auto band = [&](index_t br) { return g.cin * (br + (g.R - 1) * g.dh) * d.Wp; };
   d.size_bands(g, budget, band);
   // Vectors per image and register block.
@@ -1928,13 +1928,11 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             continue;
           }
         }
-        if constexpr (!pairs && !fp32_dy) {
-          if (!d.padded_dy) { // widened: the band's rows of dy, contiguous per channel
-            float* dw = dyp + static_cast<std::size_t>(b) * dyp_stride;
-            for (index_t k = 0; k < cout; ++k)
-              widen_floats(dyimg + b * dy_ns + k * dy_cs, dw + k * d.BR * g.Wout, rows * g.Wout);
-            continue;
-          }
+        if constexpr (!pairs && !fp32_dy) { // widened: the band's rows of dy, per channel
+          float* dw = dyp + static_cast<std::size_t>(b) * dyp_stride;
+          for (index_t k = 0; k < cout; ++k)
+            widen_floats(dyimg + b * dy_ns + k * dy_cs, dw + k * d.BR * g.Wout, rows * g.Wout);
+          continue;
         }
         if (!d.padded_dy) continue;
         // dy on the band's grid: Wp - Wout zero columns after each row.
