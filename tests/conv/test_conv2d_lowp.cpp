@@ -271,10 +271,18 @@ TEST_CASE("conv2d bf16 and fp8 stems: few input channels, strides 1-3 (AMX segme
   for (const conv_shape& s : stems) {
     INFO(describe(s));
     const auto pb = problem_of(s);
-    const auto d = ic::pairs_layout_for(detail::forward_geometry(pb, 1.f));
+    const auto g = detail::forward_geometry(pb, 1.f);
+    const auto d = ic::pairs_layout_for(g);
+    // Backward-weight of the 7 x 7 stride-2 stems: the stride-1 pass over x's phases on AMX
+    // tiles (conv/detail/phases.hpp); the stride-3 one has too many phase taps (im2col + GEMM).
+    const auto ps = ic::phase_split_for(g);
+    CHECK(ps.ok == (s.prm.stride_h == 2));
     if (amx) {
       CHECK(detail::use_implicit(pb, pb.Kg, pb.crs()));
       CHECK((d.ok && d.seg));
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+      if (ps.ok) CHECK(ic::weight_amx_layout_for(ps.g, exec{}.concurrency()).ok);
+#endif
     }
     const std::uint64_t seed = 9900 + static_cast<std::uint64_t>(i);
     check_all_passes<bf16, bf16, bf16>(exec{}, s, seed, budgets[i % 3]);
@@ -282,6 +290,11 @@ TEST_CASE("conv2d bf16 and fp8 stems: few input channels, strides 1-3 (AMX segme
     check_all_passes<fp8_e5m2, bf16, fp32>(exec{}, s, seed, budgets[0]);
     ++i;
   }
+  // Inf and NaN in x of a stem split into phases: the sums they reach are Inf or NaN as in the
+  // reference, the others finite (the AMX bands holding them take exact loops).
+  conv_shape stem = shape(3, 10, 32, 29, 27, 7, 2, 3);
+  CHECK(ic::phase_split_for(detail::forward_geometry(problem_of(stem), 1.f)).ok);
+  check_dw_with_nonfinite_x<bf16>(stem, 1);
 }
 #endif
 

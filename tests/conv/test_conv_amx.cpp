@@ -11,12 +11,14 @@
 // test_conv2d_lowp on an AMX machine).
 #include <tessera/conv/detail/amx_weight.hpp>
 #include <tessera/conv/detail/implicit.hpp>
+#include <tessera/conv/detail/phases.hpp>
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -367,6 +369,209 @@ TEST_CASE("conv2d backward-weight on AMX tiles (or their software model)", "[con
   }
   SECTION("the host space's team") {
     check_weight_cases<Kokkos::DefaultHostExecutionSpace>();
+  }
+}
+
+/// A strided layer for the phase split (conv/detail/phases.hpp), per-side padding.
+struct strided_case {
+  index_t N, G, cin, cout, H, W, R, S, sh, sw, pt, pb, pl, pr;
+  std::string describe() const {
+    const auto s = [](index_t v) { return std::to_string(v); };
+    return "N " + s(N) + " G " + s(G) + " cin " + s(cin) + " cout " + s(cout) + " " + s(H) + "x" +
+           s(W) + " R " + s(R) + " S " + s(S) + " stride " + s(sh) + "," + s(sw) + " pad " + s(pt) +
+           "," + s(pb) + "," + s(pl) + "," + s(pr);
+  }
+  ic::geometry geometry() const {
+    ic::geometry g;
+    g.N = N, g.G = G, g.cin = cin, g.cout = cout, g.Hin = H, g.Win = W, g.R = R, g.S = S;
+    g.sh = sh, g.sw = sw, g.pt = pt, g.pl = pl;
+    g.Hout = (H + pt + pb - R) / sh + 1;
+    g.Wout = (W + pl + pr - S) / sw + 1;
+    return g;
+  }
+};
+
+/// Backward-weight of a strided layer as the stride-1 one over x's phases: fill_phases, then
+/// run_weight_amx (AMX or its software model) or run_weight_direct in bf16 pairs (VDPBF16PS,
+/// where the CPU has it) on the split geometry, each sum stored to its original tap through
+/// original_tap; checked against a double reference of the strided layer itself, with every
+/// original tap stored exactly once. max_waste: the split's bound (raised to reach strides the
+/// dispatch leaves to im2col, whose maps must be right all the same).
+template <class Exec, class Prec>
+void check_phase_case(const strided_case& c, std::uint64_t seed, bool amx, double max_waste,
+                      bool inf = false) {
+  INFO(c.describe() << (amx ? ", AMX tiles" : ", VDPBF16PS pairs")
+                    << (inf ? ", one input Inf" : ""));
+  const Exec exec;
+  const float alpha = 0.75f;
+  ic::geometry g = c.geometry();
+  g.alpha = alpha;
+  const ic::phase_split ps = ic::phase_split_for(g, max_waste);
+  REQUIRE(ps.ok);
+  CHECK(ps.g.sh == 1);
+  CHECK(ps.g.sw == 1);
+  CHECK(ps.g.Hout == g.Hout);
+  CHECK(ps.g.Wout == g.Wout);
+  CHECK(ps.g.cin == c.cin * c.sh * c.sw);
+  const index_t C = c.G * c.cin, K = c.G * c.cout, P = g.Hout, Q = g.Wout;
+  auto x = values<Prec>(static_cast<std::size_t>(c.N * C * c.H * c.W), seed);
+  const auto dy = values<Prec>(static_cast<std::size_t>(c.N * K * P * Q), seed + 1);
+  if (inf) // the middle of image 0, channel 0: its sums are +-Inf or NaN as the reference's
+    x[static_cast<std::size_t>(c.H / 2 * c.W + c.W / 2)] =
+        tessera::from_float<Prec>(std::numeric_limits<float>::infinity());
+  // The phase images, with canaries after them.
+  using T = tessera::storage_t<Prec>;
+  const std::size_t nph = ps.elements();
+  std::vector<T> xp(nph + 64, T{0x5a});
+  ic::fill_phases(exec, ps, x.data(), C * c.H * c.W, c.H * c.W, c.W, xp.data());
+  exec.fence();
+  for (std::size_t i = nph; i < xp.size(); ++i) REQUIRE(xp[i] == T{0x5a});
+  // Every phase value is the input at its place or zero past the input.
+  std::size_t wrong = 0;
+  for (index_t n = 0; n < c.N; ++n)
+    for (index_t cp = 0; cp < C * c.sh * c.sw; ++cp)
+      for (index_t i = 0; i < ps.g.Hin; ++i)
+        for (index_t j = 0; j < ps.g.Win; ++j) {
+          const index_t ch = cp / (c.sh * c.sw), h = c.sh * i + cp / c.sw % c.sh,
+                        w = c.sw * j + cp % c.sw;
+          const T want = h < c.H && w < c.W
+                             ? x[static_cast<std::size_t>(((n * C + ch) * c.H + h) * c.W + w)]
+                             : T{};
+          wrong +=
+              xp[static_cast<std::size_t>(n * ps.ns() + cp * ps.cs() + i * ps.hs() + j)] != want;
+        }
+  CHECK(wrong == 0);
+
+  const index_t kred = g.kred();
+  std::vector<float> dw(static_cast<std::size_t>(K * kred), std::nanf(""));
+  std::vector<int> stored(dw.size(), 0);
+  const auto store = [&](index_t k, index_t kk, float v) {
+    const index_t t = ps.original_tap(kk);
+    if (t < 0) return;
+    REQUIRE(t < kred);
+    dw[static_cast<std::size_t>(k * kred + t)] = v;
+    ++stored[static_cast<std::size_t>(k * kred + t)];
+  };
+  std::vector<float> scratch_mem;
+  const auto scratch = [&](std::size_t bytes) {
+    scratch_mem.assign(bytes / 4 + 16, std::nanf(""));
+    return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(scratch_mem.data()) + 63) /
+                                   64 * 64);
+  };
+  if (amx) {
+    const ic::weight_amx_layout d = ic::weight_amx_layout_for(ps.g, tessera::concurrency(exec));
+    REQUIRE(d.ok);
+    void* s = scratch(static_cast<std::size_t>(ic::parts_for(exec, ps.g, d)) * d.part_bytes(ps.g));
+    ic::run_weight_amx(exec, ps.g, d, xp.data(), ps.ns(), ps.cs(), ps.hs(), dy.data(), K * P * Q,
+                       P * Q, s, store);
+  } else {
+    const ic::weight_direct_layout d =
+        ic::weight_direct_layout_for(ps.g, tessera::concurrency(exec), true);
+    REQUIRE(d.ok);
+    void* s = scratch(
+        tessera::detail::round_up_64(sizeof(index_t) * static_cast<std::size_t>(ps.g.kred())) +
+        static_cast<std::size_t>(ic::parts_for(exec, ps.g, d)) * d.part_bytes(ps.g));
+    ic::run_weight_direct(exec, ps.g, d, xp.data(), ps.ns(), ps.cs(), ps.hs(), dy.data(), K * P * Q,
+                          P * Q, s, store);
+  }
+  exec.fence();
+  std::size_t bad = 0;
+  for (index_t k = 0; k < K; ++k)
+    for (index_t ch = 0; ch < c.cin; ++ch)
+      for (index_t r = 0; r < c.R; ++r)
+        for (index_t s = 0; s < c.S; ++s) {
+          const index_t gi = k / c.cout;
+          double sum = 0, mag = 0;
+          for (index_t n = 0; n < c.N; ++n)
+            for (index_t p = 0; p < P; ++p)
+              for (index_t q = 0; q < Q; ++q) {
+                const index_t h = p * c.sh - c.pt + r, wc = q * c.sw - c.pl + s;
+                if (h < 0 || h >= c.H || wc < 0 || wc >= c.W) continue;
+                const double a = tessera::to_float(
+                    x[static_cast<std::size_t>(((n * C + gi * c.cin + ch) * c.H + h) * c.W + wc)]);
+                const double b =
+                    tessera::to_float(dy[static_cast<std::size_t>(((n * K + k) * P + p) * Q + q)]);
+                sum += a * b;
+                mag += std::abs(a * b);
+              }
+          sum *= alpha;
+          mag *= alpha;
+          const auto o = static_cast<std::size_t>(k * kred + (ch * c.R + r) * c.S + s);
+          const double tol = static_cast<double>(c.N * P * Q + 2) * std::ldexp(1.0, -24) * mag;
+          const bool ok = std::isnan(sum)   ? std::isnan(dw[o])
+                          : std::isinf(sum) ? dw[o] == sum
+                                            : std::abs(dw[o] - sum) <= tol;
+          CHECK(stored[o] == 1);
+          if (!ok) {
+            if (bad < 5)
+              UNSCOPED_INFO("k " << k << " c " << ch << " r " << r << " s " << s << ": " << dw[o]
+                                 << " vs " << sum);
+            ++bad;
+          }
+        }
+  CHECK(bad == 0);
+}
+
+template <class Exec>
+void check_phase_cases(bool amx) {
+  // N G cin cout H W R S sh sw pt pb pl pr
+  const strided_case small[] = {
+      {2, 1, 3, 32, 29, 27, 7, 7, 2, 2, 3, 3, 3, 3}, // a ResNet stem on odd sizes
+      {1, 1, 3, 64, 40, 38, 7, 7, 2, 2, 3, 3, 3, 3}, // 64 output channels
+      {3, 1, 4, 16, 17, 19, 5, 5, 2, 2, 2, 2, 2, 2}, // 5 x 5 stride 2: 3 x 3 phase taps
+      {2, 1, 6, 32, 21, 18, 7, 7, 2, 1, 3, 3, 3, 3}, // stride 2 down, 1 across
+      {2, 1, 3, 32, 25, 22, 7, 7, 2, 2, 2, 1, 0, 3}, // padding differing on every side
+      {2, 2, 3, 16, 16, 17, 7, 7, 2, 2, 3, 3, 3, 3}, // groups
+      {2, 1, 3, 32, 20, 23, 6, 6, 2, 2, 2, 2, 2, 2}, // 6 x 6: no tap past the window
+      {2, 1, 2, 32, 23, 25, 7, 5, 3, 3, 3, 3, 2, 2}, // stride 3 (over the dispatch's bound)
+      {1, 1, 3, 32, 8, 11, 7, 7, 2, 2, 3, 3, 3, 3},  // a 4 x 6 output, mostly padding
+  };
+  // The pairs form's layout wants 48 vector steps or more per register block
+  // (weight_direct_layout_for): larger outputs.
+  const strided_case large[] = {
+      {2, 1, 3, 32, 56, 60, 7, 7, 2, 2, 3, 3, 3, 3}, // a stem, 28 x 30 outputs
+      {4, 1, 4, 32, 40, 44, 5, 5, 2, 2, 2, 2, 2, 2}, // 5 x 5 stride 2
+      {2, 1, 6, 32, 40, 33, 7, 7, 2, 1, 3, 3, 3, 3}, // stride 2 down, 1 across
+      {3, 2, 3, 16, 48, 50, 7, 7, 2, 2, 2, 1, 0, 3}, // groups, padding differing on every side
+      {5, 1, 2, 32, 47, 53, 7, 5, 3, 3, 3, 3, 2, 2}, // stride 3
+  };
+  std::uint64_t seed = 0x5eed;
+  if (amx)
+    for (const strided_case& c : small)
+      check_phase_case<Exec, tessera::bf16>(c, seed += 2, amx, 4.0);
+  for (const strided_case& c : large) check_phase_case<Exec, tessera::bf16>(c, seed += 2, amx, 4.0);
+  const strided_case& stem = amx ? small[0] : large[0];
+  check_phase_case<Exec, tessera::fp8_e4m3>(stem, seed + 2, amx, 4.0);
+  check_phase_case<Exec, tessera::fp8_e5m2>(amx ? small[4] : large[3], seed + 4, amx, 4.0);
+  check_phase_case<Exec, tessera::bf16>(stem, seed + 6, amx, 4.0, true);
+  // The dispatch's bound (1.5x the original taps): a 7 x 7 stem 1.31x and a 5 x 5 stride 2
+  // 1.44x are split; 3 x 3 stride 2 (16 for 9), 4 x 4 stride 2 pad 1 (36 for 16) and the
+  // 7 x 7 stride 3 above (81 for 49) are not; stride 1 and dilation never.
+  const auto split = [](const strided_case& c) { return ic::phase_split_for(c.geometry()).ok; };
+  CHECK(split(small[0]));
+  CHECK(split(small[2]));
+  CHECK_FALSE(split(small[7]));
+  CHECK_FALSE(split({1, 1, 16, 32, 14, 14, 3, 3, 2, 2, 1, 1, 1, 1}));
+  CHECK_FALSE(split({1, 1, 16, 32, 14, 14, 4, 4, 2, 2, 1, 1, 1, 1}));
+  CHECK_FALSE(split({1, 1, 16, 32, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1}));
+  ic::geometry dil = small[0].geometry();
+  dil.dh = 2, dil.Hout = (29 + 6 - 13) / 2 + 1;
+  CHECK_FALSE(ic::phase_split_for(dil).ok);
+}
+
+TEST_CASE("conv2d backward-weight of strided layers over the input's phases (space to depth)",
+          "[conv][bf16][amx]") {
+  const bool amx = TESSERA_GEMM_AMX_EMULATED || tessera::cpu::amx_bf16_usable();
+  const bool pairs = tessera::cpu::has_avx512bf16();
+  if (!amx) WARN("AMX compiled but not usable on this CPU / OS: the tiles' form is not run");
+  if (!pairs) WARN("no AVX512_BF16 on this CPU: the pairs form is not run");
+  SECTION("one thread") {
+    if (amx) check_phase_cases<Kokkos::Serial>(true);
+    if (pairs) check_phase_cases<Kokkos::Serial>(false);
+  }
+  SECTION("the host space's team") {
+    if (amx) check_phase_cases<Kokkos::DefaultHostExecutionSpace>(true);
+    if (pairs) check_phase_cases<Kokkos::DefaultHostExecutionSpace>(false);
   }
 }
 

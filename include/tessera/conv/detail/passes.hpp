@@ -10,12 +10,14 @@
 #include <tessera/conv/detail/amx_weight.hpp>
 #include <tessera/conv/detail/checks.hpp>
 #include <tessera/conv/detail/direct.hpp>
+#include <tessera/conv/detail/phases.hpp>
 #include <tessera/conv/detail/plan.hpp>
 #include <tessera/conv/im2col.hpp>
 #include <tessera/gemm/gemm.hpp>
 
 #include <array>
 #include <cstddef>
+#include <tuple>
 #include <type_traits>
 
 namespace tessera::detail {
@@ -471,41 +473,34 @@ struct backward_weight_pass {
     if constexpr (implicit_capable_v<Exec, fp32, fp32>) {
       namespace ic = implicit_conv;
       const auto g = forward_geometry(pb, alpha);
-#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
-      // x and dy exact in bf16 (bf16, fp8) with stride 1 on AMX: tiles read from the bands
-      // (conv/detail/amx_weight.hpp). No implicit_min_channels floor here: the layout's own
-      // rule bounds the waste of narrow layers instead (padding cin and cout to 16 and rows to
-      // Wp may at most double the products, which the tiles' rate repays many times).
+      // x and dy exact in bf16 (bf16, fp8): the bf16 pairs paths (AMX tiles, else VDPBF16PS),
+      // which read bands at stride 1. A strided layer (a 7 x 7 stride-2 stem) runs as the
+      // stride-1 convolution over x's phases (conv/detail/phases.hpp), copied to the workspace
+      // first, rather than as im2col + GEMM; each phase tap's sum lands on its original tap.
       if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
-        if (pb.N > 0 && ic::pairs_amx_cpu()) {
-          const auto dl = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
-          if (dl.ok) {
-            const auto [s_mem] = carve<1>(
-                ws, {static_cast<std::size_t>(ic::parts_for(exec, g, dl)) * dl.part_bytes(g)});
-            ic::run_weight_amx(exec, g, dl, x.data(), x.stride(0), x.stride(1), x.stride(2),
-                               dy.data(), dy.stride(0), dy.stride(1), s_mem, store_dw());
-            exec.fence();
-            return true;
+        if (pb.N > 0) {
+          using tx = storage_t<px>;
+          const auto as_is = [&](unsigned char*) {
+            return std::tuple{x.data(), x.stride(0), x.stride(1), x.stride(2)};
+          };
+          if (pairs_weight(g, 0, as_is, store_dw())) return true;
+          const auto ps = ic::phase_split_for(g);
+          if (ps.ok) {
+            const auto phases = [&](unsigned char* mem) {
+              auto* xp = reinterpret_cast<tx*>(mem);
+              ic::fill_phases(exec, ps, x.data(), x.stride(0), x.stride(1), x.stride(2), xp);
+              exec.fence();
+              return std::tuple{static_cast<const tx*>(xp), ps.ns(), ps.cs(), ps.hs()};
+            };
+            const auto store = store_dw();
+            const auto to_original = [=](index_t k, index_t kk, float v) {
+              const index_t t = ps.original_tap(kk);
+              if (t >= 0) store(k, t, v);
+            };
+            if (pairs_weight(ps.g, ps.elements() * sizeof(tx), phases, to_original)) return true;
           }
         }
       }
-#endif
-      // x and dy exact in bf16 (bf16, fp8) with stride 1 run the dot products in bf16 pairs
-      // where the CPU has AVX512_BF16 and no usable AMX, as the forward pass does.
-#if TESSERA_GEMM_AVX512BF16
-      if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
-        if (pb.N > 0 && pb.Kg >= implicit_min_channels && ic::pairs_cpu()) {
-          const auto dl = ic::weight_direct_layout_for(g, tessera::concurrency(exec), true);
-          if (dl.ok) {
-            const auto [s_mem] = carve<1>(ws, {scratch_bytes(g, dl)});
-            ic::run_weight_direct(exec, g, dl, x.data(), x.stride(0), x.stride(1), x.stride(2),
-                                  dy.data(), dy.stride(0), dy.stride(1), s_mem, store_dw());
-            exec.fence();
-            return true;
-          }
-        }
-      }
-#endif
       // fp32 x and dy run the implicit path as they are. Low-precision ones only with a
       // reduction C/groups*R*S under 16 (a first layer: 1 x 3 x 3), where the GEMM dW = dy col^T
       // is too thin for the low-precision kernels and decodes every element in the direct loop
@@ -566,6 +561,48 @@ struct backward_weight_pass {
   }
 
 #if !TESSERA_DEVICE_PASS
+  /// Backward-weight of geometry g (stride 1; x and dy exact in bf16) in bf16 pairs: on AMX
+  /// tiles where this CPU can use them (no implicit_min_channels floor: the layout's own rule
+  /// bounds the waste of narrow layers, padding cin and cout to 16 and rows to Wp at most
+  /// doubling the products, which the tiles' rate repays many times), else with VDPBF16PS
+  /// (AVX512_BF16, as the forward pass). False where neither runs. input(mem) returns the
+  /// input's data and strides {in, ns, cs, hs} once the workspace is carved, mem being `extra`
+  /// bytes of it for the input (the phase images).
+  template <class Input, class Store>
+  bool pairs_weight(const implicit_conv::geometry& g, std::size_t extra, const Input& input,
+                    const Store& store) const {
+    namespace ic = implicit_conv;
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+    if (ic::pairs_amx_cpu()) {
+      const auto dl = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
+      if (dl.ok) {
+        const auto [x_mem, s_mem] = carve<2>(
+            ws, {extra, static_cast<std::size_t>(ic::parts_for(exec, g, dl)) * dl.part_bytes(g)});
+        const auto [in, ns, cs, hs] = input(x_mem);
+        ic::run_weight_amx(exec, g, dl, in, ns, cs, hs, dy.data(), dy.stride(0), dy.stride(1),
+                           s_mem, store);
+        exec.fence();
+        return true;
+      }
+    }
+#endif
+#if TESSERA_GEMM_AVX512BF16
+    if (g.cout >= implicit_min_channels && ic::pairs_cpu()) {
+      const auto dl = ic::weight_direct_layout_for(g, tessera::concurrency(exec), true);
+      if (dl.ok) {
+        const auto [x_mem, s_mem] = carve<2>(ws, {extra, scratch_bytes(g, dl)});
+        const auto [in, ns, cs, hs] = input(x_mem);
+        ic::run_weight_direct(exec, g, dl, in, ns, cs, hs, dy.data(), dy.stride(0), dy.stride(1),
+                              s_mem, store);
+        exec.fence();
+        return true;
+      }
+    }
+#endif
+    (void)g, (void)extra, (void)input, (void)store;
+    return false;
+  }
+
   // Scratch of run_weight_direct (dl.ok) or run_weight.
   std::size_t scratch_bytes(const implicit_conv::geometry& g,
                             const implicit_conv::weight_direct_layout& dl) const {
