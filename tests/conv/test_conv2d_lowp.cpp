@@ -290,6 +290,17 @@ TEST_CASE("conv2d bf16 and fp8 stems: few input channels, strides 1-3 (AMX segme
     check_all_passes<fp8_e5m2, bf16, fp32>(exec{}, s, seed, budgets[0]);
     ++i;
   }
+  // The phase copy in chunks of images within the workspace's column budget: 3 images of 5,040
+  // bytes of phases each, in chunks of 1 (budget 1 byte) and of 2 + 1 (10,080 bytes), their sums
+  // added per tap.
+  const conv_shape three = shape(3, 3, 32, 29, 27, 7, 2, 3);
+  for (const std::size_t budget : {std::size_t{1}, std::size_t{10080}}) {
+    INFO("column budget " << budget);
+    const auto ps = ic::phase_split_for(detail::forward_geometry(problem_of(three), 1.f));
+    CHECK(ps.ns() * 2 == 5040);
+    check_all_passes<bf16, bf16, bf16>(exec{}, three, 9950, budget);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(exec{}, three, 9951, budget);
+  }
   // Inf and NaN in x of a stem split into phases: the sums they reach are Inf or NaN as in the
   // reference, the others finite (the AMX bands holding them take exact loops).
   conv_shape stem = shape(3, 10, 32, 29, 27, 7, 2, 3);

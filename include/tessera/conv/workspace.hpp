@@ -32,7 +32,10 @@
 /// there, per group). Backward-weight on AMX tiles, per thread: the bf16 bands and dy pairs of a
 /// block of images (at most 512 KiB unless one band row alone is more), 16 rows of dy on the band's
 /// grid, and the dW sums (R*S x C/groups x K/groups, each channel count rounded up to 16, floats
-/// per group). The total is independent of the batch size: never N*CRS*P*Q.
+/// per group). Strided backward-weight in bf16 pairs (conv/detail/phases.hpp) adds the phase
+/// images of as many images as column_budget() holds (at least one; C*H*W values each, padded
+/// to multiples of the strides) and, when that is fewer than N, K*CRS floats of sums. The total
+/// is independent of the batch size: never N*CRS*P*Q.
 
 #include <tessera/tensor/extents.hpp>
 

@@ -15,9 +15,9 @@
 #include <tessera/conv/im2col.hpp>
 #include <tessera/gemm/gemm.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
-#include <tuple>
 #include <type_traits>
 
 namespace tessera::detail {
@@ -479,26 +479,15 @@ struct backward_weight_pass {
       // first, rather than as im2col + GEMM; each phase tap's sum lands on its original tap.
       if constexpr (implicit_pairs_capable_v<Exec, px, pdy>) {
         if (pb.N > 0) {
-          using tx = storage_t<px>;
-          const auto as_is = [&](unsigned char*) {
-            return std::tuple{x.data(), x.stride(0), x.stride(1), x.stride(2)};
-          };
-          if (pairs_weight(g, 0, as_is, store_dw())) return true;
-          const auto ps = ic::phase_split_for(g);
-          if (ps.ok) {
-            const auto phases = [&](unsigned char* mem) {
-              auto* xp = reinterpret_cast<tx*>(mem);
-              ic::fill_phases(exec, ps, x.data(), x.stride(0), x.stride(1), x.stride(2), xp);
-              exec.fence();
-              return std::tuple{static_cast<const tx*>(xp), ps.ns(), ps.cs(), ps.hs()};
-            };
-            const auto store = store_dw();
-            const auto to_original = [=](index_t k, index_t kk, float v) {
-              const index_t t = ps.original_tap(kk);
-              if (t >= 0) store(k, t, v);
-            };
-            if (pairs_weight(ps.g, ps.elements() * sizeof(tx), phases, to_original)) return true;
+          const auto pp = pairs_for(g);
+          if (pp.kind != pairs_plan::none) {
+            const auto [s_mem] = carve<1>(ws, {pp.scratch});
+            run_pairs(g, pp, x.data(), x.stride(0), x.stride(1), x.stride(2), dy.data(), s_mem,
+                      store_dw());
+            return true;
           }
+          const auto ps = ic::phase_split_for(g);
+          if (ps.ok && run_phases(ps)) return true;
         }
       }
       // fp32 x and dy run the implicit path as they are. Low-precision ones only with a
@@ -561,46 +550,117 @@ struct backward_weight_pass {
   }
 
 #if !TESSERA_DEVICE_PASS
-  /// Backward-weight of geometry g (stride 1; x and dy exact in bf16) in bf16 pairs: on AMX
-  /// tiles where this CPU can use them (no implicit_min_channels floor: the layout's own rule
-  /// bounds the waste of narrow layers, padding cin and cout to 16 and rows to Wp at most
-  /// doubling the products, which the tiles' rate repays many times), else with VDPBF16PS
-  /// (AVX512_BF16, as the forward pass). False where neither runs. input(mem) returns the
-  /// input's data and strides {in, ns, cs, hs} once the workspace is carved, mem being `extra`
-  /// bytes of it for the input (the phase images).
-  template <class Input, class Store>
-  bool pairs_weight(const implicit_conv::geometry& g, std::size_t extra, const Input& input,
-                    const Store& store) const {
+  /// The bf16 pairs form that runs backward-weight of geometry g (stride 1; x and dy exact in
+  /// bf16) on this CPU: AMX tiles where this process can use them (no implicit_min_channels
+  /// floor: the layout's own rule bounds the waste of narrow layers, padding cin and cout to 16
+  /// and rows to Wp at most doubling the products, which the tiles' rate repays many times),
+  /// else VDPBF16PS (AVX512_BF16, as the forward pass); none where neither applies.
+  struct pairs_plan {
+    enum kind_t { none, amx, pairs } kind = none;
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+    implicit_conv::weight_amx_layout amx_layout;
+#endif
+    implicit_conv::weight_direct_layout direct_layout;
+    std::size_t scratch = 0; ///< bytes of workspace the run needs
+  };
+  pairs_plan pairs_for(const implicit_conv::geometry& g) const {
     namespace ic = implicit_conv;
+    pairs_plan pp;
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
     if (ic::pairs_amx_cpu()) {
-      const auto dl = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
-      if (dl.ok) {
-        const auto [x_mem, s_mem] = carve<2>(
-            ws, {extra, static_cast<std::size_t>(ic::parts_for(exec, g, dl)) * dl.part_bytes(g)});
-        const auto [in, ns, cs, hs] = input(x_mem);
-        ic::run_weight_amx(exec, g, dl, in, ns, cs, hs, dy.data(), dy.stride(0), dy.stride(1),
-                           s_mem, store);
-        exec.fence();
-        return true;
+      pp.amx_layout = ic::weight_amx_layout_for(g, tessera::concurrency(exec));
+      if (pp.amx_layout.ok) {
+        pp.kind = pairs_plan::amx;
+        pp.scratch = static_cast<std::size_t>(ic::parts_for(exec, g, pp.amx_layout)) *
+                     pp.amx_layout.part_bytes(g);
+        return pp;
       }
     }
 #endif
 #if TESSERA_GEMM_AVX512BF16
     if (g.cout >= implicit_min_channels && ic::pairs_cpu()) {
-      const auto dl = ic::weight_direct_layout_for(g, tessera::concurrency(exec), true);
-      if (dl.ok) {
-        const auto [x_mem, s_mem] = carve<2>(ws, {extra, scratch_bytes(g, dl)});
-        const auto [in, ns, cs, hs] = input(x_mem);
-        ic::run_weight_direct(exec, g, dl, in, ns, cs, hs, dy.data(), dy.stride(0), dy.stride(1),
-                              s_mem, store);
-        exec.fence();
-        return true;
+      pp.direct_layout = ic::weight_direct_layout_for(g, tessera::concurrency(exec), true);
+      if (pp.direct_layout.ok) {
+        pp.kind = pairs_plan::pairs;
+        pp.scratch = scratch_bytes(g, pp.direct_layout);
       }
     }
 #endif
-    (void)g, (void)extra, (void)input, (void)store;
-    return false;
+    return pp;
+  }
+  /// Runs the form pp (kind not none) of pairs_for(g) on input `in` (strides ns, cs, hs; rows
+  /// contiguous) and dy at dyp (dy's strides), scratch: pp.scratch bytes of the workspace.
+  template <class TX, class TD, class Store>
+  void run_pairs(const implicit_conv::geometry& g, const pairs_plan& pp, const TX* in, index_t ns,
+                 index_t cs, index_t hs, const TD* dyp, void* scratch, const Store& store) const {
+    namespace ic = implicit_conv;
+#if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
+    if (pp.kind == pairs_plan::amx)
+      ic::run_weight_amx(exec, g, pp.amx_layout, in, ns, cs, hs, dyp, dy.stride(0), dy.stride(1),
+                         scratch, store);
+#endif
+#if TESSERA_GEMM_AVX512BF16
+    if (pp.kind == pairs_plan::pairs)
+      ic::run_weight_direct(exec, g, pp.direct_layout, in, ns, cs, hs, dyp, dy.stride(0),
+                            dy.stride(1), scratch, store);
+#endif
+    (void)g, (void)pp, (void)in, (void)ns, (void)cs, (void)hs, (void)dyp, (void)scratch,
+        (void)store;
+    exec.fence();
+  }
+  /// Backward-weight of a strided layer as the stride-1 one over x's phases (ps, phases.hpp) in
+  /// bf16 pairs: the phase images of a chunk of images are copied to the workspace, as many
+  /// images as the column budget holds (at least one: the workspace stays independent of the
+  /// batch), and each phase tap's sum lands on its original tap, the chunks' sums added in fp32
+  /// (K x C/groups x R x S floats) and stored once. False (nothing run) where the pairs forms
+  /// do not take the split geometry.
+  bool run_phases(const implicit_conv::phase_split& ps) const {
+    namespace ic = implicit_conv;
+    using tx = storage_t<px>;
+    const index_t N = pb.N;
+    const std::size_t image = static_cast<std::size_t>(ps.ns()) * sizeof(tx);
+    const index_t nc = std::clamp<index_t>(
+        static_cast<index_t>(std::min<std::size_t>(ws.column_budget() / image, N)), 1, N);
+    const index_t chunks = (N + nc - 1) / nc, n_last = N - (chunks - 1) * nc;
+    const auto chunk = [&](index_t n) {
+      ic::phase_split c = ps;
+      c.g.N = n;
+      return c;
+    };
+    const auto pp = pairs_for(chunk(nc).g), pl = pairs_for(chunk(n_last).g);
+    if (pp.kind == pairs_plan::none || pl.kind == pairs_plan::none) return false;
+    const index_t kred = pb.crs();
+    const auto [acc_mem, x_mem, s_mem] =
+        carve<3>(ws, {chunks > 1 ? static_cast<std::size_t>(pb.K * kred) * 4 : 0,
+                      static_cast<std::size_t>(nc) * image, std::max(pp.scratch, pl.scratch)});
+    auto* acc = reinterpret_cast<float*>(acc_mem);
+    auto* xp = reinterpret_cast<tx*>(x_mem);
+    const auto store = store_dw();
+    for (index_t ci = 0; ci < chunks; ++ci) {
+      const index_t n0 = ci * nc;
+      const auto c = chunk(ci + 1 < chunks ? nc : n_last);
+      ic::fill_phases(exec, c, x.data() + n0 * x.stride(0), x.stride(0), x.stride(1), x.stride(2),
+                      xp);
+      exec.fence();
+      const bool first = ci == 0, last = ci + 1 == chunks;
+      run_pairs(c.g, ci + 1 < chunks ? pp : pl, static_cast<const tx*>(xp), c.ns(), c.cs(), c.hs(),
+                dy.data() + n0 * dy.stride(0), s_mem, [=](index_t k, index_t kk, float v) {
+                  const index_t t = c.original_tap(kk);
+                  if (t < 0) return;
+                  if (first && last) {
+                    store(k, t, v);
+                    return;
+                  }
+                  float& a = acc[k * kred + t];
+                  const float sum = first ? v : a + v;
+                  if (last) {
+                    store(k, t, sum);
+                  } else {
+                    a = sum;
+                  }
+                });
+    }
+    return true;
   }
 
   // Scratch of run_weight_direct (dl.ok) or run_weight.
