@@ -250,6 +250,52 @@ struct weight_case {
   }
 };
 
+/// Checks dW (K x kred floats as stored, and how often each was stored) against a double
+/// reference of the layer g (strides, dilation, padding) times alpha: within (N P Q + 2) 2^-24
+/// of the sum of the products' magnitudes, Inf and NaN where the reference has them, every tap
+/// stored exactly once.
+template <class T>
+void check_dw(const ic::geometry& g, const std::vector<T>& x, const std::vector<T>& dy,
+              const std::vector<float>& dw, const std::vector<int>& stored, float alpha) {
+  const index_t C = g.G * g.cin, K = g.G * g.cout, P = g.Hout, Q = g.Wout, kred = g.kred();
+  std::size_t bad = 0, unstored = 0;
+  for (index_t k = 0; k < K; ++k)
+    for (index_t ch = 0; ch < g.cin; ++ch)
+      for (index_t r = 0; r < g.R; ++r)
+        for (index_t s = 0; s < g.S; ++s) {
+          const index_t gi = k / g.cout;
+          double sum = 0, mag = 0;
+          for (index_t n = 0; n < g.N; ++n)
+            for (index_t p = 0; p < P; ++p)
+              for (index_t q = 0; q < Q; ++q) {
+                const index_t h = p * g.sh - g.pt + r * g.dh, wc = q * g.sw - g.pl + s * g.dw;
+                if (h < 0 || h >= g.Hin || wc < 0 || wc >= g.Win) continue;
+                const double a = tessera::to_float(x[static_cast<std::size_t>(
+                    ((n * C + gi * g.cin + ch) * g.Hin + h) * g.Win + wc)]);
+                const double b =
+                    tessera::to_float(dy[static_cast<std::size_t>(((n * K + k) * P + p) * Q + q)]);
+                sum += a * b;
+                mag += std::abs(a * b);
+              }
+          sum *= alpha;
+          mag *= alpha;
+          const auto o = static_cast<std::size_t>(k * kred + (ch * g.R + r) * g.S + s);
+          const double tol = static_cast<double>(g.N * P * Q + 2) * std::ldexp(1.0, -24) * mag;
+          const bool ok = std::isnan(sum)   ? std::isnan(dw[o])
+                          : std::isinf(sum) ? dw[o] == sum
+                                            : std::abs(dw[o] - sum) <= tol;
+          if (stored[o] != 1) ++unstored;
+          if (!ok) {
+            if (bad < 5)
+              UNSCOPED_INFO("k " << k << " c " << ch << " r " << r << " s " << s << ": " << dw[o]
+                                 << " vs " << sum);
+            ++bad;
+          }
+        }
+  CHECK(unstored == 0);
+  CHECK(bad == 0);
+}
+
 /// dW of x (P) and dy (P) through run_weight_amx against a double reference of the same
 /// values; inf: one input +Inf (its image's bands take the exact loops).
 template <class Exec, class Prec>
@@ -284,46 +330,7 @@ void check_weight_case(const weight_case& c, std::uint64_t seed, bool inf = fals
                        ++stored[static_cast<std::size_t>(k * kred + kk)];
                      });
   exec.fence();
-  std::size_t bad = 0, unstored = 0;
-  for (index_t k = 0; k < K; ++k)
-    for (index_t ch = 0; ch < c.cin; ++ch)
-      for (index_t r = 0; r < c.R; ++r)
-        for (index_t s = 0; s < c.S; ++s) {
-          const index_t gi = k / c.cout;
-          double sum = 0, mag = 0;
-          for (index_t n = 0; n < c.N; ++n)
-            for (index_t p = 0; p < P; ++p)
-              for (index_t q = 0; q < Q; ++q) {
-                const index_t h = p - c.pad + r * c.dh, wc = q - c.pad + s * c.dw;
-                if (h < 0 || h >= c.H || wc < 0 || wc >= c.W) continue;
-                const double a = tessera::to_float(
-                    x[static_cast<std::size_t>(((n * C + gi * c.cin + ch) * c.H + h) * c.W + wc)]);
-                const double b =
-                    tessera::to_float(dy[static_cast<std::size_t>(((n * K + k) * P + p) * Q + q)]);
-                sum += a * b;
-                mag += std::abs(a * b);
-              }
-          sum *= alpha;
-          mag *= alpha;
-          const auto o = static_cast<std::size_t>(k * kred + (ch * c.R + r) * c.S + s);
-          const double tol = static_cast<double>(c.N * P * Q + 2) * std::ldexp(1.0, -24) * mag;
-          bool ok;
-          if (std::isnan(sum))
-            ok = std::isnan(dw[o]);
-          else if (std::isinf(sum))
-            ok = dw[o] == sum;
-          else
-            ok = std::abs(dw[o] - sum) <= tol;
-          if (stored[o] != 1) ++unstored;
-          if (!ok) {
-            if (bad < 5)
-              UNSCOPED_INFO("k " << k << " c " << ch << " r " << r << " s " << s << ": " << dw[o]
-                                 << " vs " << sum);
-            ++bad;
-          }
-        }
-  CHECK(unstored == 0);
-  CHECK(bad == 0);
+  check_dw(g, x, dy, dw, stored, alpha);
 }
 
 template <class Exec>
@@ -475,41 +482,7 @@ void check_phase_case(const strided_case& c, std::uint64_t seed, bool amx, doubl
                           P * Q, s, store);
   }
   exec.fence();
-  std::size_t bad = 0;
-  for (index_t k = 0; k < K; ++k)
-    for (index_t ch = 0; ch < c.cin; ++ch)
-      for (index_t r = 0; r < c.R; ++r)
-        for (index_t s = 0; s < c.S; ++s) {
-          const index_t gi = k / c.cout;
-          double sum = 0, mag = 0;
-          for (index_t n = 0; n < c.N; ++n)
-            for (index_t p = 0; p < P; ++p)
-              for (index_t q = 0; q < Q; ++q) {
-                const index_t h = p * c.sh - c.pt + r, wc = q * c.sw - c.pl + s;
-                if (h < 0 || h >= c.H || wc < 0 || wc >= c.W) continue;
-                const double a = tessera::to_float(
-                    x[static_cast<std::size_t>(((n * C + gi * c.cin + ch) * c.H + h) * c.W + wc)]);
-                const double b =
-                    tessera::to_float(dy[static_cast<std::size_t>(((n * K + k) * P + p) * Q + q)]);
-                sum += a * b;
-                mag += std::abs(a * b);
-              }
-          sum *= alpha;
-          mag *= alpha;
-          const auto o = static_cast<std::size_t>(k * kred + (ch * c.R + r) * c.S + s);
-          const double tol = static_cast<double>(c.N * P * Q + 2) * std::ldexp(1.0, -24) * mag;
-          const bool ok = std::isnan(sum)   ? std::isnan(dw[o])
-                          : std::isinf(sum) ? dw[o] == sum
-                                            : std::abs(dw[o] - sum) <= tol;
-          CHECK(stored[o] == 1);
-          if (!ok) {
-            if (bad < 5)
-              UNSCOPED_INFO("k " << k << " c " << ch << " r " << r << " s " << s << ": " << dw[o]
-                                 << " vs " << sum);
-            ++bad;
-          }
-        }
-  CHECK(bad == 0);
+  check_dw(g, x, dy, dw, stored, alpha);
 }
 
 template <class Exec>
