@@ -177,7 +177,8 @@ TEST_CASE("conv2d bf16 and fp8 direct paths: channel pairs in the padded band",
           "[conv][bf16][fp8][implicit]") {
   // Operands exact in bf16 take the direct path's bf16 pairs form (VDPBF16PS on pairs of input
   // channels) on CPUs with AVX512_BF16 and no AMX, for the layouts the fp32 direct path takes;
-  // elsewhere im2col and the GEMM. Both must match the reference.
+  // elsewhere im2col and the GEMM (builds without AVX512_BF16: the fp32 implicit paths on the
+  // widened values, see the last test case). All must match the reference.
   namespace ic = detail::implicit_conv;
   using exec = Kokkos::DefaultExecutionSpace;
   const bool amx = amx_tiles_here();
@@ -363,3 +364,95 @@ TEST_CASE("conv2d_backward_weight bf16 with Inf and NaN in x: only true pairs ar
   check_dw_with_nonfinite_x<bf16>(s, 9);
 }
 #endif
+
+namespace {
+/// Forward (and, stride 1, backward-data) of PX x / PW w (PY dy) with fp32 outputs against the
+/// same passes of their values widened to fp32. Where conv2d widens such operands on the fp32
+/// implicit paths (implicit_widened_v: a build without a bf16 dot product) both run the same
+/// kernel over the same values in the same order, so the results are equal bit for bit; on
+/// other builds (im2col + the low-precision GEMM, or the bf16 pairs forms) the reference bound.
+template <class PX, class PW, class PY>
+void check_widened_like_fp32(const conv_shape& s, std::uint64_t seed) {
+  using exec = Kokkos::DefaultExecutionSpace;
+  constexpr bool widened = detail::implicit_widened_v<exec, PX, PW>;
+  INFO(describe(s) << ", x " << precision_traits<PX>::name << " w " << precision_traits<PW>::name
+                   << " dy " << precision_traits<PY>::name << (widened ? ", widened" : ""));
+  conv2d_workspace<> ws;
+  const auto x = random_tensor<PX>(seed, s.N, s.C, s.H, s.W);
+  const auto w = random_tensor<PW>(seed + 1, s.K, s.Cg(), s.R, s.S);
+  const auto dy = random_tensor<PY>(seed + 2, s.N, s.K, s.P(), s.Q());
+  const auto xf = cast<fp32>(x), wf = cast<fp32>(w), dyf = cast<fp32>(dy);
+  const auto xd = to_doubles(x), wd = to_doubles(w), dyd = to_doubles(dy);
+  const auto same = [&](const char* what, const tensor4<fp32>& got, const tensor4<fp32>& f32,
+                        const reference_result& ref, index_t L) {
+    require_within_bound(what, got, ref, L);
+    if constexpr (widened) {
+      const auto a = to_doubles(got), b = to_doubles(f32);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
+      INFO(what << ": " << differ << " of " << a.size() << " differ from the fp32 pass");
+      CHECK(differ == 0);
+    }
+  };
+  tensor4<fp32> y("y", s.N, s.K, s.P(), s.Q()), yf("yf", s.N, s.K, s.P(), s.Q());
+  conv2d_forward(exec{}, x, w, y, s.prm, ws);
+  conv2d_forward(exec{}, xf, wf, yf, s.prm, ws);
+  same("forward", y, yf, reference_conv2d_forward(s, xd, wd, {}), s.Cg() * s.R * s.S + 2);
+  if (s.prm.stride_h == 1 && s.prm.stride_w == 1) {
+    tensor4<fp32> dx("dx", s.N, s.C, s.H, s.W), dxf("dxf", s.N, s.C, s.H, s.W);
+    conv2d_backward_data(exec{}, dy, w, dx, s.prm, ws);
+    conv2d_backward_data(exec{}, dyf, wf, dxf, s.prm, ws);
+    same("backward_data", dx, dxf, reference_conv2d_backward_data(s, dyd, wd),
+         s.Kg() * s.R * s.S + 2);
+  }
+}
+} // namespace
+
+TEST_CASE("conv2d low-precision operands widened on the fp32 implicit paths (no bf16 dot)",
+          "[conv][bf16][fp8][fp16][implicit]") {
+  // Builds without AVX512_BF16 (AVX2, AVX-512 without the bf16 dot) run bf16, fp8 and fp16
+  // forward and backward-data on the fp32 direct or packed implicit forms, widening the band
+  // or panel as it is filled, instead of im2col + a GEMM that widens the same values.
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W, index_t R,
+                        conv2d_params prm) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = R, s.S = R, s.prm = prm;
+    return s;
+  };
+  const conv2d_params pad1{.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1};
+  const std::vector<conv_shape> shapes = {
+      shape(2, 32, 32, 14, 14, 3, pad1), // a FashionCNN layer
+      shape(1, 64, 64, 28, 28, 3, pad1), // several bands
+      shape(3, 17, 33, 9, 10, 5, {.pad_top = 2, .pad_bottom = 1, .pad_left = 0, .pad_right = 2}),
+      shape(2, 34, 64, 13, 11, 3, // 2 groups
+            {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1, .groups = 2}),
+      shape(1, 20, 40, 15, 13, 3, // stride 2
+            {.stride_h = 2,
+             .stride_w = 2,
+             .pad_top = 1,
+             .pad_bottom = 1,
+             .pad_left = 1,
+             .pad_right = 1}),
+      shape(1, 24, 24, 15, 15, 3, // dilation 2
+            {.pad_top = 2,
+             .pad_bottom = 2,
+             .pad_left = 2,
+             .pad_right = 2,
+             .dilation_h = 2,
+             .dilation_w = 2}),
+      shape(2, 3, 64, 23, 23, 7, // a stem, stride 2
+            {.stride_h = 2,
+             .stride_w = 2,
+             .pad_top = 3,
+             .pad_bottom = 3,
+             .pad_left = 3,
+             .pad_right = 3}),
+  };
+  std::uint64_t seed = 31000;
+  for (const conv_shape& s : shapes) {
+    check_widened_like_fp32<bf16, bf16, bf16>(s, seed += 10);
+    check_widened_like_fp32<fp8_e4m3, fp8_e4m3, fp8_e5m2>(s, seed += 10);
+    check_widened_like_fp32<fp16, fp16, fp16>(s, seed += 10);
+    check_widened_like_fp32<bf16, fp8_e5m2, bf16>(s, seed += 10);
+  }
+}

@@ -498,10 +498,11 @@ template <index_t SW>
     }
 }
 
-/// dst[0, n) = src[0, n) widened to fp32, exactly: bf16 by a shift, fp8 through its bf16 bits
-/// (hostgemm::load_bf16, byte tables), 16 values a step, the last ones masked (convert_n, 16
-/// values a step and the rest one by one, took 37% of a first layer's fp8 backward-weight on
-/// rows of 28); other precisions through hostgemm::load_floats.
+/// dst[0, n) = src[0, n) widened to fp32, exactly. AVX-512: bf16 by a shift, fp8 through its
+/// bf16 bits (hostgemm::load_bf16, byte tables), 16 values a step, the last ones masked
+/// (convert_n, 16 values a step and the rest one by one, took 37% of a first layer's fp8
+/// backward-weight on rows of 28). AVX2: bf16 by a shift, 8 values a step, the rest one by one.
+/// Other precisions and targets through hostgemm::load_floats.
 template <class S>
 inline void widen_floats(const S* src, float* dst, index_t n) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -521,6 +522,18 @@ inline void widen_floats(const S* src, float* dst, index_t n) {
         _mm512_mask_storeu_ps(dst + i + j, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
       }
     }
+    return;
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<S, bfloat16>) { // 8 values a step (a shift), the rest one by one
+    const auto* b = reinterpret_cast<const std::uint16_t*>(src);
+    index_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256i w =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; ++i) dst[i] = to_float(src[i]);
     return;
   }
 #endif
@@ -2081,8 +2094,9 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
 
 /// True when conv2d can take the implicit-GEMM path for operands of precisions PA (the gathered
 /// input) and PB (the weights) on Exec: a host space with the SIMD FMA kernel, fp32 operands.
-/// Operands exact in bf16 may take the pairs form (implicit_pairs_capable_v); the others, and
-/// those where it does not apply, go through im2col + tessera::gemm, which has kernels for them.
+/// Operands exact in bf16 may take the pairs form (implicit_pairs_capable_v); builds without a
+/// bf16 dot product widen the others (implicit_widened_v); elsewhere they, and those where the
+/// pairs form does not apply, go through im2col + tessera::gemm, which has kernels for them.
 template <class Exec, class PA, class PB>
 inline constexpr bool implicit_capable_v =
 #if TESSERA_DEVICE_PASS
@@ -2090,6 +2104,25 @@ inline constexpr bool implicit_capable_v =
 #else
     is_host_exec_v<Exec>&& hostgemm::have_simd&& std::is_same_v<PA, fp32>&&
         std::is_same_v<PB, fp32>;
+#endif
+
+/// True when conv2d runs operands of precisions PA and PB, not both fp32, on the fp32 implicit
+/// paths of forward and backward-data (the direct form and the packed one), widened to fp32 as
+/// the band fill and the panel gather copy them (exactly: every tessera precision is a subset
+/// of fp32): a host space with the SIMD FMA kernel, in a build without AVX512_BF16. Such a build
+/// (AVX2 parts, AVX-512 parts without the bf16 dot) has no low-precision dot product: the GEMM
+/// of these operands widens them into its packed panels and runs the same fp32 FMA kernel, so
+/// im2col + GEMM only adds the column matrix's writes and reads. Measured on an AMD EPYC Zen 3
+/// (family 0x19 model 0x01, AVX2, 1 thread, 2026-12-02): bf16 forward of the ResNet and
+/// FashionCNN layers ran at 0.57-0.77x fp32 as im2col + GEMM (docs/performance.md).
+/// Builds with AVX512_BF16 keep im2col + the bf16 GEMM where the pairs form does not apply.
+template <class Exec, class PA, class PB>
+inline constexpr bool implicit_widened_v =
+#if TESSERA_DEVICE_PASS || TESSERA_GEMM_AVX512BF16
+    false;
+#else
+    is_host_exec_v<Exec>&& hostgemm::have_simd &&
+    !(std::is_same_v<PA, fp32> && std::is_same_v<PB, fp32>);
 #endif
 
 /// True when conv2d can take the narrow path (conv/detail/narrow.hpp) on Exec: a host space with

@@ -234,9 +234,10 @@ bool forward_implicit(const Exec& exec, const XV& x, const WV& w, const BV& bias
     }
   }
   // fp32 operands: the fp32 implicit paths; operands exact in bf16: the bf16 pairs form of the
-  // direct path where the CPU and the layout allow, else im2col and the GEMM.
+  // direct path where the CPU and the layout allow, else im2col and the GEMM; in a build
+  // without a bf16 dot product, low-precision operands widened on the fp32 paths.
   constexpr bool pairs = implicit_pairs_capable_v<Exec, px, pw>;
-  if constexpr (implicit_capable_v<Exec, px, pw> || pairs) {
+  if constexpr (implicit_capable_v<Exec, px, pw> || implicit_widened_v<Exec, px, pw> || pairs) {
     const auto g = forward_geometry(pb, alpha);
     if (!use_implicit(pb, pb.Kg, pb.crs())) return false;
     if constexpr (Pool2) {
@@ -367,7 +368,7 @@ struct backward_data_pass {
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
     constexpr bool pairs = implicit_pairs_capable_v<Exec, pdy, pw>; // as in forward_pass
-    if constexpr (implicit_capable_v<Exec, pdy, pw> || pairs) {
+    if constexpr (implicit_capable_v<Exec, pdy, pw> || implicit_widened_v<Exec, pdy, pw> || pairs) {
       const auto g = backward_data_geometry(pb, alpha);
       if (pb.prm.stride_h == 1 && pb.prm.stride_w == 1 &&
           use_implicit(pb, pb.Cg, crs_of(pb, pb.Kg)) &&

@@ -184,7 +184,9 @@ void run_direct_rows(const Exec& exec, const implicit_conv::geometry& g,
   const std::size_t packed_words = Pairs ? d.packed_words(g) : ic::packed_b_floats(g);
   const auto [b_mem, s_mem] = carve<2>(ws, {packed_words * 4, scratch});
   const auto* wd = w.data();
-  const auto wv = [=](index_t gi, index_t kk, index_t j) { return wval(wd, gi, kk, j); };
+  [[maybe_unused]] const auto wv = [=](index_t gi, index_t kk, index_t j) {
+    return wval(wd, gi, kk, j);
+  };
   const auto wf = [=](index_t gi, index_t kk, index_t j) { return to_float(wval(wd, gi, kk, j)); };
   if constexpr (Pairs) {
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
