@@ -26,6 +26,11 @@
 //         The first Intel CPU with AMX that tessera's AMX kernel ran on. The guest reports
 //         48 KiB L1d, 2 MiB L2, and a 300 MiB L3 shared by 2 logical processors (its own
 //         topology; the host's L3 is not 300 MiB per 2 threads).
+//   zen3: RECORDED on a session machine (AMD EPYC, family 0x19 model 0x01 stepping 1: Milan,
+//         Zen 3; a 2-vCPU KVM guest) with dump_cpuid, 2026-12-02. AVX2 and FMA, no AVX-512
+//         (XCR0 0x207: no opmask or ZMM state), 32 KiB L1d, 512 KiB L2, 32 MiB L3 shared by 2
+//         logical processors (the guest's topology). The first CPU without AVX-512 that
+//         tessera's suite ran on.
 // Reconstructed words other than those the model reads (vendor, signature, the feature bits
 // named in config/cpu_model.hpp, cache leaves) are plausible, not copied from a real dump.
 
@@ -52,6 +57,26 @@ inline cpu::cpuid_source zen4() {
           {0x8000001d, 4, {0x00000000, 0x00000000, 0x00000000, 0x00000000}},
       },
       0xe7);
+}
+
+inline cpu::cpuid_source zen3() {
+  return cpu::cpuid_source(
+      {
+          {0x00000000, 0, {0x00000010, 0x68747541, 0x444d4163, 0x69746e65}},
+          {0x00000001, 0, {0x00a00f11, 0x00020800, 0xfffa3203, 0x178bfbff}},
+          {0x00000004, 0, {0x00000000, 0x00000000, 0x00000000, 0x00000000}},
+          {0x00000007, 0, {0x00000000, 0x219c07ab, 0x0040069c, 0x88000010}},
+          {0x80000000, 0, {0x80000022, 0x68747541, 0x444d4163, 0x69746e65}},
+          {0x80000001, 0, {0x00a00f11, 0x40000000, 0x004003f3, 0x2fd3fbff}},
+          {0x80000005, 0, {0xff40ff40, 0xff40ff40, 0x20080140, 0x20080140}},
+          {0x80000006, 0, {0x48002200, 0x68004200, 0x02006140, 0x08009140}},
+          {0x8000001d, 0, {0x00000121, 0x01c0003f, 0x0000003f, 0x00000000}},
+          {0x8000001d, 1, {0x00000122, 0x01c0003f, 0x0000003f, 0x00000000}},
+          {0x8000001d, 2, {0x00000143, 0x01c0003f, 0x000003ff, 0x00000002}},
+          {0x8000001d, 3, {0x00004163, 0x03c0003f, 0x00007fff, 0x00000001}},
+          {0x8000001d, 4, {0x00000000, 0x00000000, 0x00000000, 0x00000000}},
+      },
+      0x207);
 }
 
 inline cpu::cpuid_source zen5() {

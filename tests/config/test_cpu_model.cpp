@@ -25,9 +25,12 @@ constexpr std::size_t kib = 1024, mib = kib * kib;
 // last test case checks the compiled kernels against them).
 constexpr hg::kernel_shape fp32_avx512{14, 512, 1, 24, 12};
 constexpr hg::kernel_shape bf16_avx512{14, 1024, 2, 16, 8};
+// The fp32 kernel compiled for AVX2 (16 vector registers: a 6 x 16 tile).
+constexpr hg::kernel_shape fp32_avx2{6, 512, 1, 24, 12};
 
-hg::blocking blk(index_t kc, index_t mc, std::size_t b_bytes = 8 * mib) {
-  return hg::blocking{kc, mc, 1024, b_bytes};
+hg::blocking blk(index_t kc, index_t mc, std::size_t b_bytes = 8 * mib,
+                 std::size_t in_place = 1 * mib) {
+  return hg::blocking{kc, mc, 1024, b_bytes, in_place};
 }
 
 } // namespace
@@ -49,6 +52,35 @@ TEST_CASE("cpu model: Zen 4 (recorded)", "[config]") {
   // Blocking: Zen 5's numbers (same 1 MiB L2, see blocking.hpp).
   CHECK(hg::choose_blocking(fp32_avx512, m) == blk(512, 168));
   CHECK(hg::choose_blocking(bf16_avx512, m) == blk(1024, 112));
+}
+
+TEST_CASE("cpu model: Zen 3 (recorded; AVX2, no AVX-512)", "[config]") {
+  const cpu::cpu_model m = cpu::read_cpu_model(rec::zen3());
+  CHECK(m.vendor == cpu::cpu_vendor::amd);
+  CHECK(m.family == 0x19);
+  CHECK(m.model == 0x01);
+  CHECK(m.stepping == 1);
+  CHECK((m.fma && m.avx2));
+  CHECK_FALSE((m.avx512f || m.avx512bw || m.avx512bf16 || m.amx_bf16));
+  CHECK(m.caches_from_cpuid);
+  CHECK(m.l1d == 32 * kib);
+  CHECK(m.l2 == 512 * kib);
+  CHECK(m.l3 == 32 * mib);
+  CHECK(m.l3_sharing == 2);
+  CHECK(m.simd_datapath_bits == 256); // family 0x19 like Zen 4, but no AVX-512: AVX2's width
+  // Half of Zen 4's L2: half the micro-panels per A block (6 of 6 rows at KC 512), and B is
+  // read in place only up to 640 KiB (1.25 x L2, blocking.hpp).
+  CHECK(hg::choose_blocking(fp32_avx2, m) == blk(512, 36, 8 * mib, 640 * kib));
+  // The same CPU with the ZMM state enabled would still have no AVX-512 (CPUID says so).
+  CHECK_FALSE(
+      cpu::read_cpu_model(cpu::cpuid_source(
+                              {
+                                  {0x00000000, 0, {0x10, 0x68747541, 0x444d4163, 0x69746e65}},
+                                  {0x00000001, 0, {0x00a00f11, 0, 0xfffa3203, 0x178bfbff}},
+                                  {0x00000007, 0, {0, 0x219c07ab, 0x0040069c, 0x88000010}},
+                              },
+                              0xe7))
+          .avx512f);
 }
 
 TEST_CASE("cpu model: Zen 5 (reconstructed)", "[config]") {
@@ -160,9 +192,13 @@ TEST_CASE("cpu model: fallbacks", "[config]") {
     CHECK(m.simd_datapath_bits == 256);
   }
   SECTION("small L2 halves KC; small L3 shrinks the B block") {
-    CHECK(hg::choose_blocking(fp32_avx512, 256 * kib, 8 * mib) == blk(256, 84, 2 * mib));
-    CHECK(hg::choose_blocking(fp32_avx512, 512 * kib, 32 * mib) == blk(512, 84));
-    CHECK(hg::choose_blocking(bf16_avx512, 512 * kib, 32 * mib) == blk(1024, 56));
+    // (and B is read in place only up to 1.25 x L2)
+    CHECK(hg::choose_blocking(fp32_avx512, 256 * kib, 8 * mib) == blk(256, 84, 2 * mib, 320 * kib));
+    CHECK(hg::choose_blocking(fp32_avx512, 512 * kib, 32 * mib) ==
+          blk(512, 84, 8 * mib, 640 * kib));
+    CHECK(hg::choose_blocking(bf16_avx512, 512 * kib, 32 * mib) ==
+          blk(1024, 56, 8 * mib, 640 * kib));
+    CHECK(hg::choose_blocking(fp32_avx512, 2 * mib, 32 * mib).in_place_b_bytes == 1 * mib);
   }
 }
 

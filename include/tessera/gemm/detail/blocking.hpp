@@ -34,6 +34,13 @@
 ///     MC x NC fp32 across the KC slices) and the B block under min(8 MiB, L3 / 4): 8 MiB on all
 ///     three targets (32 MiB per Zen CCD; 105 MiB on a 56-core Sapphire Rapids, 1.875 MiB per
 ///     core); a quarter of smaller L3s (8 MiB client parts: 2 MiB).
+///   B in place (the fp32 FMA kernel reads a B with contiguous rows unpacked, fma.hpp): while
+///     the part of B a thread uses is at most 1.25 x L2 and 1 MiB (measured on Zen 5's 1 MiB
+///     L2: 1 MiB). Each block of A rows re-reads all of it, so it must mostly stay in L2. On
+///     Zen 3 (AMD EPYC family 0x19 model 0x01, AVX2, 512 KiB L2, 1 thread, 2026-12-02, ratios
+///     to OpenBLAS in the same rounds): 512^3 (B 1 MiB) in place 0.78-0.83, packed 0.94-0.98;
+///     384^3 (B 576 KiB) in place 0.95-1.03, packed 0.87-0.91. Zen 4, Zen 5 and the Xeons
+///     (L2 >= 1 MiB) keep 1 MiB.
 /// Checked on Zen 4 (EPYC family 0x19 model 0x11, 1 thread, CPU time, best of 5, n^3 at n = 1024
 /// and 2048, issue 11): fp32 KC 256 and 384 ran 1.5 to 4% slower than 512, MC 112 and 224 within
 /// 1% of 168; bf16 KC 512 2 to 4% slower than 1024, MC 56 and 168 within 1% of 112. So the Zen 5
@@ -68,6 +75,10 @@ struct kernel_shape {
 struct blocking {
   index_t kc = 0, mc = 0, nc_max = 0;
   std::size_t b_bytes = 0; ///< the packed B block (K x NC) stays under this
+  /// A kernel that can read B in place (the fp32 FMA kernel, fma.hpp: in_place_b_bytes) does so
+  /// only while the part of B a thread uses is at most this (and its own bound): 1.25 x L2, at
+  /// most 1 MiB (see the file comment).
+  std::size_t in_place_b_bytes = std::size_t(1) << 20;
   friend constexpr bool operator==(const blocking&, const blocking&) = default;
 };
 
@@ -92,6 +103,7 @@ constexpr blocking choose_blocking(const kernel_shape& s, std::size_t l2, std::s
   b.mc = p * s.mr;
   b.nc_max = 1024;
   b.b_bytes = std::min<std::size_t>(8 * mib, std::max<std::size_t>(l3 / 4, mib));
+  b.in_place_b_bytes = std::min(l2 + l2 / 4, mib);
   return b;
 }
 

@@ -114,8 +114,9 @@ struct fma_kernel {
   static constexpr index_t NC_max = 1024;
   using packed_t = float;
   /// fp32 B with contiguous rows is read in place, unpacked, when the part of it a thread uses
-  /// is at most 1 MiB (k x n x 4 bytes): packing it cost 3 to 6% at 128^3 .. 512^3, and its
-  /// rows, a few KiB apart, stay in L2. Larger B (2048^3, or B re-read for many row blocks of
+  /// is at most 1 MiB (k x n x 4 bytes) and at most L2 (blocking::in_place_b_bytes): packing
+  /// it cost 3 to 6% at 128^3 .. 512^3 on Zen 5 (1 MiB L2), and its rows, a few KiB apart, stay
+  /// in L2. Larger B (2048^3, or B re-read for many row blocks of
   /// A) ran 2 to 8% slower unpacked: rows 8 or 16 KiB apart compete for a few cache sets.
   static constexpr index_t in_place_b_bytes = index_t(1) << 20;
   /// ... and when its rows are at most a page apart. Rows farther apart put each row of a

@@ -274,7 +274,9 @@ float run_part(const Prob& pr, const part& pt, const blocking& bk) {
     // (in_place_b) only a last partial panel packed, the full ones read from B itself.
     bool in_place = false;
     if constexpr (reads_b)
-      in_place = pr.b.stride(1) == 1 && k * nc * index_t(sizeof(T)) <= Kern::in_place_b_bytes &&
+      in_place = pr.b.stride(1) == 1 &&
+                 k * nc * index_t(sizeof(T)) <=
+                     std::min(Kern::in_place_b_bytes, static_cast<index_t>(bk.in_place_b_bytes)) &&
                  pr.b.stride(0) * index_t(sizeof(T)) <= Kern::in_place_b_row_bytes;
     const index_t nfull = in_place ? nc / NR * NR : 0;
     for (index_t pc = 0; nfull < nc && pc < k; pc += KC) {
