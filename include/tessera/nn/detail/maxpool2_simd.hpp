@@ -1,20 +1,26 @@
 #pragma once
 /// \file nn/detail/maxpool2_simd.hpp
-/// AVX-512 rows of nn::MaxPool2d<2> for fp32 and bf16 on the host: 16 windows per step, the
-/// even / odd columns of a row pair split by one permute (fp32) or by the two halves of each
-/// 32-bit lane (bf16), the first-maximum-wins / NaN-propagating selection done with compare
-/// masks. Same results, bit for bit, as the portable loops in nn/pooling.hpp (the tests run
-/// both). Host only, and only when the translation unit is compiled with AVX-512 F/BW/VL.
+/// SIMD rows of nn::MaxPool2d<2> for fp32 and bf16 on the host. AVX-512 (F/BW/VL): 16 windows
+/// per step, the even / odd columns of a row pair split by one permute (fp32) or by the two
+/// halves of each 32-bit lane (bf16), the first-maximum-wins / NaN-propagating selection done
+/// with compare masks. AVX2: the same steps on 8 windows, with in-lane shuffles and a 64-bit
+/// block permute for the split, masks as vectors (blends, masked loads; bf16 tails through a
+/// small buffer). Same results, bit for bit, as the portable loops in nn/pooling.hpp (the
+/// tests run both). Host only, and only when the translation unit is compiled for one of them.
+/// On an AVX2 CPU (AMD Zen 3) the scalar loops had been a quarter of a FashionCNN fp32
+/// training step (its pooled convolution store).
 
 #include <tessera/config/macros.hpp>
 #include <tessera/precision/convert.hpp>
 #include <tessera/tensor/extents.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #if !TESSERA_DEVICE_PASS && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define TESSERA_MAXPOOL2_SIMD 1
+#define TESSERA_MAXPOOL2_AVX512 1
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -24,8 +30,13 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#elif !TESSERA_DEVICE_PASS && defined(__AVX2__)
+#define TESSERA_MAXPOOL2_SIMD 1
+#define TESSERA_MAXPOOL2_AVX512 0
+#include <immintrin.h>
 #else
 #define TESSERA_MAXPOOL2_SIMD 0
+#define TESSERA_MAXPOOL2_AVX512 0
 #endif
 
 namespace tessera::nn::detail::maxpool2 {
@@ -35,7 +46,7 @@ template <class P>
 inline constexpr bool simd_v = TESSERA_MAXPOOL2_SIMD &&
                                (std::is_same_v<P, fp32> || std::is_same_v<P, bf16>);
 
-#if TESSERA_MAXPOOL2_SIMD
+#if TESSERA_MAXPOOL2_AVX512
 
 /// The first n lanes (n <= 16) of a 16-lane mask.
 inline __mmask16 first(index_t n) noexcept {
@@ -117,33 +128,6 @@ inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, s
   }
 }
 
-/// Output rows [r_begin, r_end) of x (B*C planes of H x W, P = H / 2 output rows per plane):
-/// four rows at a time, the plane and row counted on (no division per row).
-template <class P>
-inline void forward_range(const storage_t<P>* x, index_t H, index_t W, index_t P2, index_t Q,
-                          index_t r_begin, index_t r_end, storage_t<P>* out,
-                          std::uint8_t* arg) noexcept {
-  index_t bc = r_begin / P2, p = r_begin % P2;
-  const auto next = [&] {
-    const storage_t<P>* r0 = x + (bc * H + 2 * p) * W;
-    if (++p == P2) {
-      p = 0;
-      ++bc;
-    }
-    return r0;
-  };
-  index_t r = r_begin;
-  for (; r + 4 <= r_end; r += 4) {
-    const storage_t<P>* r0s[4];
-    for (auto& e : r0s) e = next();
-    forward_rows<P, 4>(r0s, W, Q, out + r * Q, arg + r * Q);
-  }
-  for (; r < r_end; ++r) {
-    const storage_t<P>* r0s[1] = {next()};
-    forward_rows<P, 1>(r0s, W, Q, out + r * Q, arg + r * Q);
-  }
-}
-
 /// The two input rows (dx0: dh = 0, dx1: dh = 1) under output row dy / arg (Q windows): dy at
 /// each window's recorded maximum, 0 elsewhere; columns [2Q, W) are zeroed. With `pooled` (the
 /// forward's output row, of a ReLU's output: nn::MaxPool2d::backward_after_relu), dy only where
@@ -178,6 +162,192 @@ inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index
   for (index_t w = 2 * Q; w < W; ++w) {
     dx0[w] = from_float<P>(0.f);
     dx1[w] = from_float<P>(0.f);
+  }
+}
+
+#elif TESSERA_MAXPOOL2_SIMD // AVX2: the same steps on 8 windows, masks as vectors
+
+/// Lanes [0, n) of 8 (n clamped to [0, 8]) set: a mask for the AVX2 masked loads and stores.
+inline __m256i first8(index_t n) noexcept {
+  const int m = n < 0 ? 0 : n > 8 ? 8 : static_cast<int>(n);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// Windows q .. q + n of one row of storage P (n <= 8): its even columns in ev, odd in od.
+template <class P>
+inline void load_pairs(const storage_t<P>* row, index_t n, __m256& ev, __m256& od) noexcept {
+  if constexpr (std::is_same_v<P, fp32>) {
+    const __m256 lo = _mm256_maskload_ps(row, first8(2 * n));
+    const __m256 hi = _mm256_maskload_ps(row + 8, first8(2 * n - 8));
+    // Per 128-bit half: (lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6); then the 64-bit blocks in the
+    // order 0, 2, 1, 3: lo0 lo2 lo4 lo6 hi0 hi2 hi4 hi6.
+    const auto order = [](__m256 v) {
+      return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)));
+    };
+    ev = order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+    od = order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+  } else {
+    // 16 bf16 codes: the low half of each 32-bit lane an even column, the high half odd.
+    __m256i v;
+    if (n == 8) {
+      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
+    } else {
+      alignas(32) std::uint16_t buf[16] = {};
+      std::memcpy(buf, row, static_cast<std::size_t>(2 * n) * sizeof(std::uint16_t));
+      v = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    }
+    ev = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    od = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
+  }
+}
+
+/// n (<= 8) consecutive elements of storage P as fp32 lanes (exact), the rest 0.
+template <class P>
+inline __m256 load_lanes(const storage_t<P>* v, index_t n) noexcept {
+  if constexpr (std::is_same_v<P, fp32>) {
+    return _mm256_maskload_ps(v, first8(n));
+  } else {
+    __m128i codes;
+    if (n == 8) {
+      codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v));
+    } else {
+      alignas(16) std::uint16_t buf[8] = {};
+      std::memcpy(buf, v, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+      codes = _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(codes), 16));
+  }
+}
+
+/// Stores n (<= 8) fp32 lanes as storage P (exact: the values came from P).
+template <class P>
+inline void store_lanes(storage_t<P>* out, index_t n, __m256 v) noexcept {
+  if constexpr (std::is_same_v<P, fp32>) {
+    _mm256_maskstore_ps(out, first8(n), v);
+  } else {
+    const __m256i c32 = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+    // Packed per 128-bit half (c0..c3 c0..c3 | c4..c7 c4..c7), then blocks 0 and 2 first.
+    const __m256i c16 =
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(c32, c32), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m128i codes = _mm256_castsi256_si128(c16);
+    if (n == 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), codes);
+    } else {
+      alignas(16) std::uint16_t buf[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(buf), codes);
+      std::memcpy(out, buf, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+    }
+  }
+}
+
+/// The low n (<= 8) bytes of eight 32-bit lanes (each 0 .. 3) stored at out.
+inline void store_bytes(std::uint8_t* out, index_t n, __m256i v) noexcept {
+  const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i b8 = _mm_packus_epi16(w16, w16);
+  if (n == 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), b8);
+  } else {
+    alignas(16) std::uint8_t buf[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(buf), b8);
+    std::memcpy(out, buf, static_cast<std::size_t>(n));
+  }
+}
+
+/// forward_rows as in the AVX-512 form, 8 windows a step.
+template <class P, int R>
+inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, storage_t<P>* out,
+                         std::uint8_t* arg) noexcept {
+  for (index_t q = 0; q < Q; q += 8) {
+    const index_t n = Q - q < 8 ? Q - q : 8;
+    __m256 best[R];
+    __m256i at[R];
+    for (int i = 0; i < R; ++i) {
+      __m256 v[4];
+      load_pairs<P>(r0s[i] + 2 * q, n, v[0], v[1]);
+      load_pairs<P>(r0s[i] + W + 2 * q, n, v[2], v[3]);
+      best[i] = v[0];
+      at[i] = _mm256_setzero_si256();
+      for (int k = 1; k < 4; ++k) {
+        // Taken where best is a number and v is greater or NaN (see the AVX-512 form).
+        const __m256 take = _mm256_and_ps(_mm256_cmp_ps(best[i], best[i], _CMP_ORD_Q),
+                                          _mm256_cmp_ps(v[k], best[i], _CMP_NLE_UQ));
+        best[i] = _mm256_blendv_ps(best[i], v[k], take);
+        at[i] = _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(at[i]), _mm256_castsi256_ps(_mm256_set1_epi32(k)), take));
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      store_lanes<P>(out + i * Q + q, n, best[i]);
+      store_bytes(arg + i * Q + q, n, at[i]);
+    }
+  }
+}
+
+/// backward_rows as in the AVX-512 form, 8 windows (16 columns) a step.
+template <class P>
+inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index_t Q, index_t W,
+                          storage_t<P>* dx0, storage_t<P>* dx1,
+                          const storage_t<P>* pooled = nullptr) noexcept {
+  for (index_t q = 0; q < Q; q += 8) {
+    const index_t n = Q - q < 8 ? Q - q : 8;
+    __m256 g = load_lanes<P>(dy + q, n);
+    if (pooled)
+      g = _mm256_and_ps(
+          g, _mm256_cmp_ps(load_lanes<P>(pooled + q, n), _mm256_setzero_ps(), _CMP_GT_OQ));
+    alignas(16) std::uint8_t bytes[16] = {};
+    std::memcpy(bytes, arg + q, static_cast<std::size_t>(n));
+    const __m256i at =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+    storage_t<P>* rows[2] = {dx0, dx1};
+    for (int dh = 0; dh < 2; ++dh) {
+      const __m256 e0 =
+          _mm256_and_ps(g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(2 * dh))));
+      const __m256 e1 = _mm256_and_ps(
+          g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(2 * dh + 1))));
+      // Interleaved per 128-bit half (e0_0 e1_0 e0_1 e1_1 | e0_4 ..) and (e0_2 .. | e0_6 ..):
+      // columns 0..7 are the two low halves, 8..15 the two high ones.
+      const __m256 ul = _mm256_unpacklo_ps(e0, e1), uh = _mm256_unpackhi_ps(e0, e1);
+      const __m256 lo = _mm256_permute2f128_ps(ul, uh, 0x20);
+      const __m256 hi = _mm256_permute2f128_ps(ul, uh, 0x31);
+      const index_t cols = 2 * n;
+      store_lanes<P>(rows[dh] + 2 * q, cols < 8 ? cols : 8, lo);
+      if (cols > 8) store_lanes<P>(rows[dh] + 2 * q + 8, cols - 8, hi);
+    }
+  }
+  for (index_t w = 2 * Q; w < W; ++w) {
+    dx0[w] = from_float<P>(0.f);
+    dx1[w] = from_float<P>(0.f);
+  }
+}
+
+#endif // TESSERA_MAXPOOL2_AVX512 / AVX2
+
+#if TESSERA_MAXPOOL2_SIMD
+
+/// Output rows [r_begin, r_end) of x (B*C planes of H x W, P = H / 2 output rows per plane):
+/// four rows at a time, the plane and row counted on (no division per row).
+template <class P>
+inline void forward_range(const storage_t<P>* x, index_t H, index_t W, index_t P2, index_t Q,
+                          index_t r_begin, index_t r_end, storage_t<P>* out,
+                          std::uint8_t* arg) noexcept {
+  index_t bc = r_begin / P2, p = r_begin % P2;
+  const auto next = [&] {
+    const storage_t<P>* r0 = x + (bc * H + 2 * p) * W;
+    if (++p == P2) {
+      p = 0;
+      ++bc;
+    }
+    return r0;
+  };
+  index_t r = r_begin;
+  for (; r + 4 <= r_end; r += 4) {
+    const storage_t<P>* r0s[4];
+    for (auto& e : r0s) e = next();
+    forward_rows<P, 4>(r0s, W, Q, out + r * Q, arg + r * Q);
+  }
+  for (; r < r_end; ++r) {
+    const storage_t<P>* r0s[1] = {next()};
+    forward_rows<P, 1>(r0s, W, Q, out + r * Q, arg + r * Q);
   }
 }
 
