@@ -564,7 +564,7 @@ struct backward_weight_pass {
     implicit_conv::weight_direct_layout direct_layout;
     std::size_t scratch = 0; ///< bytes of workspace the run needs
   };
-  pairs_plan pairs_for(const implicit_conv::geometry& g) const {
+  pairs_plan pairs_for([[maybe_unused]] const implicit_conv::geometry& g) const {
     namespace ic = implicit_conv;
     pairs_plan pp;
 #if TESSERA_GEMM_AMX && TESSERA_GEMM_AVX512BF16
