@@ -54,7 +54,7 @@ TEST_CASE("cpu model: Zen 4 (recorded)", "[config]") {
   CHECK(hg::choose_blocking(bf16_avx512, m) == blk(1024, 112));
 }
 
-TEST_CASE("cpu model: Zen 3 (recorded; AVX2, no AVX-512)", "[config]") {
+TEST_CASE("cpu model: Zen 3 (recorded, AVX2, no AVX-512)", "[config]") {
   const cpu::cpu_model m = cpu::read_cpu_model(rec::zen3());
   CHECK(m.vendor == cpu::cpu_vendor::amd);
   CHECK(m.family == 0x19);
