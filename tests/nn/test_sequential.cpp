@@ -304,8 +304,11 @@ TEMPLATE_TEST_CASE("nn::Sequential<Conv2d, ReLU, MaxPool2d<2>>: pooled in the co
                    "[nn][sequential][pool]", fp32, bf16, nn::fp8<>) {
   namespace ic = tessera::detail::implicit_conv;
   const bool simd = tessera::detail::hostgemm::have_simd;
-  // The direct path of bf16 and fp8 operands is their bf16 pairs form (AVX512_BF16 CPUs).
-  bool pairs = std::is_same_v<TestType, fp32>;
+  // The direct path of bf16 and fp8 operands is their bf16 pairs form (AVX512_BF16 CPUs), or,
+  // in a build without a bf16 dot product (AVX2), the fp32 form on the widened values.
+  bool pairs =
+      std::is_same_v<TestType, fp32> ||
+      tessera::detail::implicit_widened_v<std::remove_cvref_t<decltype(exec_space())>, bf16, bf16>;
 #if TESSERA_GEMM_AVX512BF16
   if (!pairs) pairs = ic::pairs_cpu();
 #endif
