@@ -5,10 +5,12 @@
 /// halves of each 32-bit lane (bf16), the first-maximum-wins / NaN-propagating selection done
 /// with compare masks. AVX2: the same steps on 8 windows, with in-lane shuffles and a 64-bit
 /// block permute for the split, masks as vectors (blends, masked loads; bf16 tails through a
-/// small buffer). Same results, bit for bit, as the portable loops in nn/pooling.hpp (the
-/// tests run both). Host only, and only when the translation unit is compiled for one of them.
-/// On an AVX2 CPU (AMD Zen 3) the scalar loops had been a quarter of a FashionCNN fp32
-/// training step (its pooled convolution store).
+/// small buffer). Each instruction set supplies the lane operations (split loads, the select,
+/// stores, the interleave); forward_rows and backward_rows are written once over them. Same
+/// results, bit for bit, as the portable loops in nn/pooling.hpp (the tests run both). Host only,
+/// and only when the translation unit is compiled for one of them. On an AVX2 CPU (AMD Zen 3) the
+/// scalar loops had been a quarter of a FashionCNN fp32 training step (its pooled convolution
+/// store).
 
 #include <tessera/config/macros.hpp>
 #include <tessera/precision/convert.hpp>
@@ -95,74 +97,50 @@ inline void store_lanes(storage_t<P>* out, index_t n, __m512 v) noexcept {
   }
 }
 
-/// R output rows at once (R independent chains for the out-of-order core; out and arg rows
-/// consecutive, Q apart): output row i (q in [0, Q)) of the input row pair r0s[i], r0s[i] + W:
-/// out[q] = the max of the window, arg[q] = its position dh * 2 + dw (first maximum wins; a
-/// NaN is taken and then kept).
-template <class P, int R>
-inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, storage_t<P>* out,
-                         std::uint8_t* arg) noexcept {
-  for (index_t q = 0; q < Q; q += 16) {
-    const index_t n = Q - q < 16 ? Q - q : 16;
-    __m512 best[R];
-    __m512i at[R];
-    for (int i = 0; i < R; ++i) {
-      __m512 v[4];
-      load_pairs<P>(r0s[i] + 2 * q, n, v[0], v[1]);
-      load_pairs<P>(r0s[i] + W + 2 * q, n, v[2], v[3]);
-      best[i] = v[0];
-      at[i] = _mm512_setzero_si512();
-      for (int k = 1; k < 4; ++k) {
-        // Taken where best is a number and v is greater or NaN: "not <=" is true for both (an
-        // unordered compare), and the compare masked by best's ordered lanes drops a NaN best.
-        const __mmask16 ord = _mm512_cmp_ps_mask(best[i], best[i], _CMP_ORD_Q);
-        const __mmask16 take = _mm512_mask_cmp_ps_mask(ord, v[k], best[i], _CMP_NLE_UQ);
-        best[i] = _mm512_mask_mov_ps(best[i], take, v[k]);
-        at[i] = _mm512_mask_mov_epi32(at[i], take, _mm512_set1_epi32(k));
-      }
-    }
-    for (int i = 0; i < R; ++i) {
-      store_lanes<P>(out + i * Q + q, n, best[i]);
-      _mm_mask_storeu_epi8(arg + i * Q + q, first(n), _mm512_cvtepi32_epi8(at[i]));
-    }
-  }
+/// Windows per step.
+inline constexpr index_t lanes_n = 16;
+using vec_t = __m512;
+using ivec_t = __m512i;
+using mask_t = __mmask16;
+
+/// Where the running maximum best gives way to the candidate v: best is a number and v is
+/// greater or NaN. "Not <=" is true for both (an unordered compare), and the compare masked by
+/// best's ordered lanes drops a NaN best.
+inline mask_t takes(vec_t best, vec_t v) noexcept {
+  return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(best, best, _CMP_ORD_Q), v, best, _CMP_NLE_UQ);
+}
+inline vec_t select(mask_t m, vec_t a, vec_t b) noexcept {
+  return _mm512_mask_mov_ps(a, m, b);
+}
+inline ivec_t select_k(mask_t m, ivec_t a, int k) noexcept {
+  return _mm512_mask_mov_epi32(a, m, _mm512_set1_epi32(k));
+}
+inline ivec_t izero() noexcept {
+  return _mm512_setzero_si512();
 }
 
-/// The two input rows (dx0: dh = 0, dx1: dh = 1) under output row dy / arg (Q windows): dy at
-/// each window's recorded maximum, 0 elsewhere; columns [2Q, W) are zeroed. With `pooled` (the
-/// forward's output row, of a ReLU's output: nn::MaxPool2d::backward_after_relu), dy only where
-/// the window's maximum is > 0 (the ReLU's backward at that position), 0 elsewhere.
-template <class P>
-inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index_t Q, index_t W,
-                          storage_t<P>* dx0, storage_t<P>* dx1,
-                          const storage_t<P>* pooled = nullptr) noexcept {
-  // Interleaving two 16-lane vectors e0 (even columns) and e1 (odd) into 32 columns.
+/// The low n (<= 16) bytes of the 32-bit lanes (each 0 .. 3) stored at out, and loaded back.
+inline void store_bytes(std::uint8_t* out, index_t n, ivec_t v) noexcept {
+  _mm_mask_storeu_epi8(out, first(n), _mm512_cvtepi32_epi8(v));
+}
+inline ivec_t load_bytes(const std::uint8_t* in, index_t n) noexcept {
+  return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(first(n), in));
+}
+
+/// g where p > 0, else 0; g where at == k, else 0.
+inline vec_t where_positive(vec_t g, vec_t p) noexcept {
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_GT_OQ), g);
+}
+inline vec_t where_at(vec_t g, ivec_t at, int k) noexcept {
+  return _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(k)), g);
+}
+
+/// Even columns e0 and odd e1 interleaved into 32 columns: lo the first 16, hi the rest.
+inline void interleave(vec_t e0, vec_t e1, vec_t& lo, vec_t& hi) noexcept {
   const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-  for (index_t q = 0; q < Q; q += 16) {
-    const index_t n = Q - q < 16 ? Q - q : 16;
-    __m512 g = load_lanes<P>(dy + q, n);
-    if (pooled)
-      g = _mm512_maskz_mov_ps(
-          _mm512_cmp_ps_mask(load_lanes<P>(pooled + q, n), _mm512_setzero_ps(), _CMP_GT_OQ), g);
-    const __m512i at = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(first(n), arg + q));
-    storage_t<P>* rows[2] = {dx0, dx1};
-    for (int dh = 0; dh < 2; ++dh) {
-      const __m512 e0 =
-          _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(2 * dh)), g);
-      const __m512 e1 =
-          _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(2 * dh + 1)), g);
-      const __m512 lo = _mm512_permutex2var_ps(e0, il, e1);
-      const __m512 hi = _mm512_permutex2var_ps(e0, ih, e1);
-      const index_t cols = 2 * n;
-      store_lanes<P>(rows[dh] + 2 * q, cols < 16 ? cols : 16, lo);
-      if (cols > 16) store_lanes<P>(rows[dh] + 2 * q + 16, cols - 16, hi);
-    }
-  }
-  for (index_t w = 2 * Q; w < W; ++w) {
-    dx0[w] = from_float<P>(0.f);
-    dx1[w] = from_float<P>(0.f);
-  }
+  lo = _mm512_permutex2var_ps(e0, il, e1);
+  hi = _mm512_permutex2var_ps(e0, ih, e1);
 }
 
 #elif TESSERA_MAXPOOL2_SIMD // AVX2: the same steps on 8 windows, masks as vectors
@@ -253,27 +231,75 @@ inline void store_bytes(std::uint8_t* out, index_t n, __m256i v) noexcept {
   }
 }
 
-/// forward_rows as in the AVX-512 form, 8 windows a step.
+inline constexpr index_t lanes_n = 8;
+using vec_t = __m256;
+using ivec_t = __m256i;
+using mask_t = __m256; ///< all ones or all zeros per lane
+
+/// As in the AVX-512 form, with the masks as vectors.
+inline mask_t takes(vec_t best, vec_t v) noexcept {
+  return _mm256_and_ps(_mm256_cmp_ps(best, best, _CMP_ORD_Q), _mm256_cmp_ps(v, best, _CMP_NLE_UQ));
+}
+inline vec_t select(mask_t m, vec_t a, vec_t b) noexcept {
+  return _mm256_blendv_ps(a, b, m);
+}
+inline ivec_t select_k(mask_t m, ivec_t a, int k) noexcept {
+  return _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(_mm256_set1_epi32(k)), m));
+}
+inline ivec_t izero() noexcept {
+  return _mm256_setzero_si256();
+}
+
+inline ivec_t load_bytes(const std::uint8_t* in, index_t n) noexcept {
+  alignas(16) std::uint8_t bytes[16] = {};
+  std::memcpy(bytes, in, static_cast<std::size_t>(n));
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+}
+
+inline vec_t where_positive(vec_t g, vec_t p) noexcept {
+  return _mm256_and_ps(g, _mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+inline vec_t where_at(vec_t g, ivec_t at, int k) noexcept {
+  return _mm256_and_ps(g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(k))));
+}
+
+/// Even columns e0 and odd e1 into 16 columns. unpack interleaves per 128-bit half (e0_0 e1_0
+/// e0_1 e1_1 | e0_4 ..) and (e0_2 .. | e0_6 ..): columns 0..7 are the two low halves, 8..15 the
+/// two high ones.
+inline void interleave(vec_t e0, vec_t e1, vec_t& lo, vec_t& hi) noexcept {
+  const __m256 ul = _mm256_unpacklo_ps(e0, e1), uh = _mm256_unpackhi_ps(e0, e1);
+  lo = _mm256_permute2f128_ps(ul, uh, 0x20);
+  hi = _mm256_permute2f128_ps(ul, uh, 0x31);
+}
+
+#endif // TESSERA_MAXPOOL2_AVX512 / AVX2
+
+#if TESSERA_MAXPOOL2_SIMD
+
+// One source for both instruction sets over the lane operations above (lanes_n windows a step).
+
+/// R output rows at once (R independent chains for the out-of-order core; out and arg rows
+/// consecutive, Q apart): output row i (q in [0, Q)) of the input row pair r0s[i], r0s[i] + W:
+/// out[q] = the max of the window, arg[q] = its position dh * 2 + dw (first maximum wins; a
+/// NaN is taken and then kept).
 template <class P, int R>
 inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, storage_t<P>* out,
                          std::uint8_t* arg) noexcept {
-  for (index_t q = 0; q < Q; q += 8) {
-    const index_t n = Q - q < 8 ? Q - q : 8;
-    __m256 best[R];
-    __m256i at[R];
+  for (index_t q = 0; q < Q; q += lanes_n) {
+    const index_t n = Q - q < lanes_n ? Q - q : lanes_n;
+    vec_t best[R];
+    ivec_t at[R];
     for (int i = 0; i < R; ++i) {
-      __m256 v[4];
+      vec_t v[4];
       load_pairs<P>(r0s[i] + 2 * q, n, v[0], v[1]);
       load_pairs<P>(r0s[i] + W + 2 * q, n, v[2], v[3]);
       best[i] = v[0];
-      at[i] = _mm256_setzero_si256();
+      at[i] = izero();
       for (int k = 1; k < 4; ++k) {
-        // Taken where best is a number and v is greater or NaN (see the AVX-512 form).
-        const __m256 take = _mm256_and_ps(_mm256_cmp_ps(best[i], best[i], _CMP_ORD_Q),
-                                          _mm256_cmp_ps(v[k], best[i], _CMP_NLE_UQ));
-        best[i] = _mm256_blendv_ps(best[i], v[k], take);
-        at[i] = _mm256_castps_si256(_mm256_blendv_ps(
-            _mm256_castsi256_ps(at[i]), _mm256_castsi256_ps(_mm256_set1_epi32(k)), take));
+        const mask_t take = takes(best[i], v[k]);
+        best[i] = select(take, best[i], v[k]);
+        at[i] = select_k(take, at[i], k);
       }
     }
     for (int i = 0; i < R; ++i) {
@@ -283,35 +309,26 @@ inline void forward_rows(const storage_t<P>* const* r0s, index_t W, index_t Q, s
   }
 }
 
-/// backward_rows as in the AVX-512 form, 8 windows (16 columns) a step.
+/// The two input rows (dx0: dh = 0, dx1: dh = 1) under output row dy / arg (Q windows): dy at
+/// each window's recorded maximum, 0 elsewhere; columns [2Q, W) are zeroed. With `pooled` (the
+/// forward's output row, of a ReLU's output: nn::MaxPool2d::backward_after_relu), dy only where
+/// the window's maximum is > 0 (the ReLU's backward at that position), 0 elsewhere.
 template <class P>
 inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index_t Q, index_t W,
                           storage_t<P>* dx0, storage_t<P>* dx1,
                           const storage_t<P>* pooled = nullptr) noexcept {
-  for (index_t q = 0; q < Q; q += 8) {
-    const index_t n = Q - q < 8 ? Q - q : 8;
-    __m256 g = load_lanes<P>(dy + q, n);
-    if (pooled)
-      g = _mm256_and_ps(
-          g, _mm256_cmp_ps(load_lanes<P>(pooled + q, n), _mm256_setzero_ps(), _CMP_GT_OQ));
-    alignas(16) std::uint8_t bytes[16] = {};
-    std::memcpy(bytes, arg + q, static_cast<std::size_t>(n));
-    const __m256i at =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+  for (index_t q = 0; q < Q; q += lanes_n) {
+    const index_t n = Q - q < lanes_n ? Q - q : lanes_n;
+    vec_t g = load_lanes<P>(dy + q, n);
+    if (pooled) g = where_positive(g, load_lanes<P>(pooled + q, n));
+    const ivec_t at = load_bytes(arg + q, n);
     storage_t<P>* rows[2] = {dx0, dx1};
     for (int dh = 0; dh < 2; ++dh) {
-      const __m256 e0 =
-          _mm256_and_ps(g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(2 * dh))));
-      const __m256 e1 = _mm256_and_ps(
-          g, _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(2 * dh + 1))));
-      // Interleaved per 128-bit half (e0_0 e1_0 e0_1 e1_1 | e0_4 ..) and (e0_2 .. | e0_6 ..):
-      // columns 0..7 are the two low halves, 8..15 the two high ones.
-      const __m256 ul = _mm256_unpacklo_ps(e0, e1), uh = _mm256_unpackhi_ps(e0, e1);
-      const __m256 lo = _mm256_permute2f128_ps(ul, uh, 0x20);
-      const __m256 hi = _mm256_permute2f128_ps(ul, uh, 0x31);
+      vec_t lo, hi;
+      interleave(where_at(g, at, 2 * dh), where_at(g, at, 2 * dh + 1), lo, hi);
       const index_t cols = 2 * n;
-      store_lanes<P>(rows[dh] + 2 * q, cols < 8 ? cols : 8, lo);
-      if (cols > 8) store_lanes<P>(rows[dh] + 2 * q + 8, cols - 8, hi);
+      store_lanes<P>(rows[dh] + 2 * q, cols < lanes_n ? cols : lanes_n, lo);
+      if (cols > lanes_n) store_lanes<P>(rows[dh] + 2 * q + lanes_n, cols - lanes_n, hi);
     }
   }
   for (index_t w = 2 * Q; w < W; ++w) {
@@ -319,10 +336,6 @@ inline void backward_rows(const storage_t<P>* dy, const std::uint8_t* arg, index
     dx1[w] = from_float<P>(0.f);
   }
 }
-
-#endif // TESSERA_MAXPOOL2_AVX512 / AVX2
-
-#if TESSERA_MAXPOOL2_SIMD
 
 /// Output rows [r_begin, r_end) of x (B*C planes of H x W, P = H / 2 output rows per plane):
 /// four rows at a time, the plane and row counted on (no division per row).
