@@ -6,7 +6,7 @@
 # and writes one markdown report; every speed in it is a ratio measured in this sitting or a
 # GFLOP/s, images/s or tokens/s figure beside its anchor's from the same run.
 #
-#   benchmarks/compare.sh                  # everything (about 20 minutes on 2 cores)
+#   benchmarks/compare.sh                  # everything (about 25 minutes on 2 cores)
 #   benchmarks/compare.sh --quick          # fewer shapes and steps (about 6 minutes)
 #   benchmarks/compare.sh --docs           # also replace docs/performance.md's generated block
 #
@@ -94,8 +94,10 @@ if has conv; then
 fi
 if has train; then
   log "FashionCNN training against PyTorch"
-  args=()
-  [ "$quick" = 1 ] && args=(--limit 2000)
+  # Three alternating rounds: a shared VM's speed drifts by more than the targets' margins
+  # between runs minutes apart (docs/performance.md, "Zen 5 again"); medians and ratio ranges.
+  args=(--repeat 3)
+  [ "$quick" = 1 ] && args=(--limit 2000 --repeat 1)
   /usr/bin/python3 "$root/benchmarks/train/compare_pytorch.py" --build "$build" "${args[@]}" \
     >"$tmp/train.txt"
   { echo; echo "### FashionCNN training against PyTorch"; echo; grep -v '^\[compare\]' "$tmp/train.txt"; } >>"$report"

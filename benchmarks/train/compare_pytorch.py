@@ -4,6 +4,7 @@ data, batch, optimizer and epochs, both measured in this one run; prints one mar
 
     benchmarks/train/compare_pytorch.py                      # 1 epoch on 6,000 images
     benchmarks/train/compare_pytorch.py --epochs 3 --limit 0 # 3 full epochs (the issue's target)
+    benchmarks/train/compare_pytorch.py --repeat 3           # medians of 3 rounds, ratio ranges
 
 Recipe (as the example's): Conv2d(1,32,3,pad 1) ReLU MaxPool2d(2); Conv2d(32,64,3,pad 1) ReLU
 MaxPool2d(2); Flatten; Linear(3136,128) ReLU; Linear(128,10); PyTorch's default init; SGD lr 0.05,
@@ -20,6 +21,7 @@ import gzip
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -144,7 +146,13 @@ def main():
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--precisions", default="fp32,bf16,fp8")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds; each runs every PyTorch and tessera configuration once, in turn. "
+                         "The table gives median images/s and the median and range of the "
+                         "per-round ratios (a shared machine's speed drifts between runs)")
     args = ap.parse_args()
+    if args.repeat < 1:
+        sys.exit("--repeat must be >= 1")
     ensure_torch()
     exe = os.path.join(args.build, "examples", "train_fashion_mnist")
     if not os.access(exe, os.X_OK):
@@ -154,40 +162,66 @@ def main():
     threads = [int(t) for t in args.threads.split(",")]
     precisions = args.precisions.split(",")
     seeds = [int(x) for x in args.seeds.split(",")]
-    rows = []
-    torch_cache = {}
-
     def over_seeds(run):
         accs, speeds = zip(*(run(seed) for seed in seeds))
         return accs, sum(speeds) / len(speeds)
 
+    # runs[(library, precision, threads)]: one (accuracies, images/s) per round.
+    runs = {}
+    for r in range(args.repeat):
+        for t in threads:
+            for p in precisions:
+                tp = "bf16" if p in ("bf16", "fp8") else "fp32"
+                if len(runs.setdefault(("torch", tp, t), [])) == r:
+                    print(f"[compare] round {r + 1}/{args.repeat}: PyTorch {tp}, {t} thread(s)",
+                          file=sys.stderr)
+                    runs[("torch", tp, t)].append(over_seeds(lambda seed: torch_run(
+                        tp, t, args.epochs, args.limit, args.batch, args.data, seed)))
+                print(f"[compare] round {r + 1}/{args.repeat}: tessera {p}, {t} thread(s)",
+                      file=sys.stderr)
+                runs.setdefault(("tessera", p, t), []).append(over_seeds(lambda seed: tessera_run(
+                    exe, p, t, args.epochs, args.limit, args.batch, args.data, seed)))
+    rows = []
     for t in threads:
         for p in precisions:
             tp = "bf16" if p in ("bf16", "fp8") else "fp32"
-            if (tp, t) not in torch_cache:
-                print(f"[compare] PyTorch {tp}, {t} thread(s)", file=sys.stderr)
-                torch_cache[(tp, t)] = over_seeds(lambda seed: torch_run(
-                    tp, t, args.epochs, args.limit, args.batch, args.data, seed))
-            print(f"[compare] tessera {p}, {t} thread(s)", file=sys.stderr)
-            ta, ts = over_seeds(lambda seed: tessera_run(
-                exe, p, t, args.epochs, args.limit, args.batch, args.data, seed))
-            pa, ps = torch_cache[(tp, t)]
-            rows.append((p, t, tp, pa, ps, ta, ts))
+            pt, tt = runs[("torch", tp, t)], runs[("tessera", p, t)]
+            ratios = [b[1] / a[1] for a, b in zip(pt, tt)]
+            rows.append((p, t, tp, pt[-1][0], statistics.median(a[1] for a in pt), tt[-1][0],
+                         statistics.median(b[1] for b in tt), statistics.median(ratios),
+                         min(ratios), max(ratios)))
 
     def acc(a):
         mean = sum(a) / len(a)
         return f"{mean:.2f}" if len(a) == 1 else f"{mean:.2f} ({min(a):.2f}-{max(a):.2f})"
 
     n = args.limit if args.limit else 60000
+    many = args.repeat > 1
     print(f"\nFashionCNN, {args.epochs} epoch(s) on {n} training images, batch {args.batch}, "
           f"PyTorch {torch.__version__}; accuracy on the 10,000 test images, seeds {args.seeds} "
-          f"(mean, and range when several)\n")
+          f"(mean, and range when several)"
+          + (f"; images/s: medians of {args.repeat} rounds" if many else "") + "\n")
     print("| tessera precision | threads | PyTorch (precision) | PyTorch acc % | tessera acc % "
-          "| PyTorch img/s | tessera img/s | speed ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for p, t, tp, pa, ps, ta, ts in rows:
-        print(f"| {p} | {t} | {tp} | {acc(pa)} | {acc(ta)} | {ps:.0f} | {ts:.0f} | {ts / ps:.2f}x |")
-
+          "| PyTorch img/s | tessera img/s | speed ratio |" + (" ratio range |" if many else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if many else ""))
+    for p, t, tp, pa, ps, ta, ts, ratio, lo, hi in rows:
+        print(f"| {p} | {t} | {tp} | {acc(pa)} | {acc(ta)} | {ps:.0f} | {ts:.0f} | {ratio:.2f}x |"
+              + (f" {lo:.2f}-{hi:.2f}x |" if many else ""))
+    # Scaling (issue 11's target: 2 threads >= 1.8x one thread): tessera's own images/s at each
+    # thread count over its first, per round.
+    if len(threads) > 1:
+        t0 = threads[0]
+        print(f"\ntessera images/s at more threads over {t0} thread(s), per precision: median"
+              + (" (range over the rounds)" if many else "") + "\n")
+        print("| threads | " + " | ".join(precisions) + " |")
+        print("|---|" + "---|" * len(precisions))
+        for t in threads[1:]:
+            cells = []
+            for p in precisions:
+                q = [b[1] / a[1] for a, b in zip(runs[("tessera", p, t0)], runs[("tessera", p, t)])]
+                cells.append(f"{statistics.median(q):.2f}"
+                             + (f" ({min(q):.2f}-{max(q):.2f})" if many else ""))
+            print(f"| {t} / {t0} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()
