@@ -162,6 +162,7 @@ def main():
     threads = [int(t) for t in args.threads.split(",")]
     precisions = args.precisions.split(",")
     seeds = [int(x) for x in args.seeds.split(",")]
+
     def over_seeds(run):
         accs, speeds = zip(*(run(seed) for seed in seeds))
         return accs, sum(speeds) / len(speeds)
@@ -222,6 +223,7 @@ def main():
                 cells.append(f"{statistics.median(q):.2f}"
                              + (f" ({min(q):.2f}-{max(q):.2f})" if many else ""))
             print(f"| {t} / {t0} | " + " | ".join(cells) + " |")
+
 
 if __name__ == "__main__":
     main()
