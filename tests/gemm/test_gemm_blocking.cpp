@@ -12,6 +12,8 @@
 
 #include <tessera/gemm/detail/host.hpp>
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
 using namespace tessera;
@@ -146,6 +148,37 @@ TEST_CASE("host_packed: the compiled AVX-512 kernels have the shapes the model t
   CHECK((s.mr == 14 && s.kc == 1024 && s.k_align == 2 && s.max_panels == 16 &&
          s.panels_at_1mib == 8));
 #endif
+}
+
+TEST_CASE("host_packed: a product is shared out only in parts of at least 64^3 multiply-adds, "
+          "at most one per thread and per micro-tile",
+          "[gemm]") {
+  constexpr index_t unit = hg::min_part_macs; // 64^3
+  CHECK(unit == 64 * 64 * 64);
+  CHECK(hg::parts_for(2, 64, 64, 64, 14, 32) == 1);  // 0.51x on 2 threads (see host.hpp)
+  CHECK(hg::parts_for(2, 64, 64, 127, 14, 32) == 1); // just under two parts' work
+  CHECK(hg::parts_for(2, 64, 64, 128, 14, 32) == 2); // two parts of 64^3
+  CHECK(hg::parts_for(2, 128, 128, 128, 14, 32) == 2);
+  CHECK(hg::parts_for(8, 128, 128, 128, 14, 32) == 8);
+  CHECK(hg::parts_for(2, 300, 300, 0, 14, 32) == 1);    // K == 0: C = beta C, one pass
+  CHECK(hg::parts_for(4, 14, 32, 100000, 14, 32) == 1); // one micro-tile
+  CHECK(hg::parts_for(1, 4096, 4096, 4096, 14, 32) == 1);
+  // No overflow of m n k (about 2^93 here) and never more parts than threads or tiles.
+  CHECK(hg::parts_for(64, index_t(1) << 31, index_t(1) << 31, index_t(1) << 31, 14, 32) == 64);
+  std::mt19937_64 rng(0x9a27);
+  for (int i = 0; i < 2000; ++i) {
+    const index_t t = 1 + static_cast<index_t>(rng() % 16),
+                  m = 1 + static_cast<index_t>(rng() % 400),
+                  n = 1 + static_cast<index_t>(rng() % 400), k = static_cast<index_t>(rng() % 400);
+    const index_t p = hg::parts_for(t, m, n, k, 14, 32);
+    const index_t tiles = (m + 13) / 14 * ((n + 31) / 32);
+    INFO("threads " << t << " m " << m << " n " << n << " k " << k << " parts " << p);
+    REQUIRE(p >= 1);
+    REQUIRE(p <= std::min(t, tiles));
+    REQUIRE((p == 1 || p * unit <= m * n * k)); // every part has its 64^3
+    // and as many as that allows: one more would break a bound
+    REQUIRE((p == t || p == tiles || (p + 1) * unit > m * n * k));
+  }
 }
 
 #endif // !TESSERA_GEMM_AMX_EMULATE

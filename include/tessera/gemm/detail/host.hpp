@@ -357,14 +357,34 @@ const blocking& host_blocking() {
   return bk;
 }
 
+/// Multiply-adds each part of a shared-out product must have at least: 64^3. A smaller product
+/// runs on the calling thread, since starting and joining a parallel region costs more than
+/// the second thread saves. Measured on Zen 5 (AMD EPYC family 0x1a, 2 threads, libgomp's
+/// default waiting), 2 threads over 1: 64^3 0.49x in fp32 (0.51x in compare.sh's sitting at
+/// 830101e, where oneDNN fp32 lost alike), 80^3 0.78x, 96^3 1.01x, 128^3 1.44x. With
+/// OMP_WAIT_POLICY=passive a region costs about 10 us (waking a sleeping thread) and 2 threads
+/// lost up to 192^3; the rule is set for spinning workers, the default.
+inline constexpr index_t min_part_macs = index_t(1) << 18;
+
+/// Parts (threads) a product of m x n x k with micro-tiles of mr x nr is shared among: at most
+/// `threads`, one per micro-tile of C, and one per min_part_macs multiply-adds.
+inline int parts_for(index_t threads, index_t m, index_t n, index_t k, index_t mr, index_t nr) {
+  const index_t tiles = (m + mr - 1) / mr * ((n + nr - 1) / nr);
+  // m * n * k / min_part_macs without overflow (each factor is below 2^31)
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) /
+                      static_cast<double>(min_part_macs);
+  const index_t by_work =
+      work >= static_cast<double>(threads) ? threads : static_cast<index_t>(work);
+  return static_cast<int>(std::max<index_t>(1, std::min({threads, tiles, by_work})));
+}
+
 /// Runs kernel Kern over the parts of C, one per thread of exec, with blocking bk (tests pass
 /// each configuration; gemm passes host_blocking<Kern>()).
 template <class Kern, class Exec, class Prob>
 float run_parallel(const Exec& exec, const Prob& pr, const blocking& bk) {
   check_blocking<Kern>(bk);
-  const int parts = static_cast<int>(std::max<index_t>(
-      1, std::min<index_t>(tessera::concurrency(exec),
-                           (pr.m + Kern::MR - 1) / Kern::MR * ((pr.n + Kern::NR - 1) / Kern::NR))));
+  const int parts = parts_for(static_cast<index_t>(tessera::concurrency(exec)), pr.m, pr.n, pr.k,
+                              Kern::MR, Kern::NR);
   if (parts == 1) return run_part<Kern>(pr, part{0, pr.m, 0, pr.n}, bk);
   float amax = 0.f;
   Kokkos::parallel_reduce(
