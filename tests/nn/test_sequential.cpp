@@ -304,13 +304,14 @@ TEMPLATE_TEST_CASE("nn::Sequential<Conv2d, ReLU, MaxPool2d<2>>: pooled in the co
                    "[nn][sequential][pool]", fp32, bf16, nn::fp8<>) {
   namespace ic = tessera::detail::implicit_conv;
   const bool simd = tessera::detail::hostgemm::have_simd;
-  // The direct path of bf16 and fp8 operands is their bf16 pairs form (AVX512_BF16 CPUs), or,
-  // in a build without a bf16 dot product (AVX2), the fp32 form on the widened values.
-  bool pairs =
+  // Whether the direct path runs for this precision: always for fp32; for bf16 and fp8
+  // operands in their bf16 pairs form (AVX512_BF16 CPUs), or, in a build without a bf16 dot
+  // product (AVX2), in the fp32 form on the widened values.
+  bool direct_runs =
       std::is_same_v<TestType, fp32> ||
       tessera::detail::implicit_widened_v<std::remove_cvref_t<decltype(exec_space())>, bf16, bf16>;
 #if TESSERA_GEMM_AVX512BF16
-  if (!pairs) pairs = ic::pairs_cpu();
+  if (!direct_runs) direct_runs = ic::pairs_cpu();
 #endif
   // The narrow path (3 x 3 x 3 reduction): odd H and W, one band, two bands of 39 output rows
   // made 40 (every band must start at an even row), a tiny image.
@@ -320,12 +321,12 @@ TEMPLATE_TEST_CASE("nn::Sequential<Conv2d, ReLU, MaxPool2d<2>>: pooled in the co
   conv_relu_pool_case<NarrowCRP<TestType>, 3>(2, 2, 3, simd, 4);
   // The direct path: 14 wide (rows contiguous), 20 wide (22 slots a row: garbage columns
   // between rows), bands of 9 and 11 rows made 10 and 12, odd H; stride 2.
-  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 14, 14, simd && pairs, 5);
-  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 27, 20, simd && pairs, 6);
-  conv_relu_pool_case<DirectCRP<TestType>, 8>(1, 33, 14, simd && pairs, 7);
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 14, 14, simd && direct_runs, 5);
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 27, 20, simd && direct_runs, 6);
+  conv_relu_pool_case<DirectCRP<TestType>, 8>(1, 33, 14, simd && direct_runs, 7);
   // 15 x 14 out: stride 2 takes the direct path when 14 columns fill its rows of MR slots
   // (AVX-512: MR = 14; with AVX2's MR the waste rule sends it to the packed path).
-  conv_relu_pool_case<StridedCRP<TestType>, 8>(2, 29, 27, simd && pairs && ic::MR == 14, 8);
+  conv_relu_pool_case<StridedCRP<TestType>, 8>(2, 29, 27, simd && direct_runs && ic::MR == 14, 8);
   // Not pooled in the store (3 columns: more than 25% of a row's slots wasted, the packed
   // path): the layers run one after the other, the same values.
   conv_relu_pool_case<DirectCRP<TestType>, 8>(2, 9, 3, false, 9);
