@@ -550,8 +550,8 @@ inline void widen_floats(const S* src, float* dst, index_t n) {
 /// to it: a software prefetch also takes room in L1 (the L2, L3 and non-temporal hints measured
 /// alike on Zen 5), and there it evicted the band and weights of a small layer whose working set
 /// fits L1 (FashionCNN conv2 in bf16, 14 x 14: 8-14% slower). Measured (Zen 5, 1 thread, fp32 /
-/// bf16 / fp8): res3x3_56 forward and backward-data 1.06-1.12x, backward-weight fp32 1.06x;
-/// res3x3_28 1.01-1.06x.
+/// bf16 / fp8, docs/performance.md): res3x3_56 forward and backward-data 1.04-1.13x,
+/// backward-weight 1.01-1.05x; res3x3_28 0.99-1.05x.
 template <class T>
 struct band_prefetch {
   const T* base = nullptr;
