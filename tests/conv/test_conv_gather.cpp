@@ -5,7 +5,8 @@
 // floats must equal the input read by its own index arithmetic, and nothing outside the
 // destination may be written. A write outside d lands in the same scratch block in the library
 // (the next tap's row or the B panel), where neither the results nor AddressSanitizer see it:
-// hence canaries around d. Also band_prefetch, the prefetch of the next unit's rows (below).
+// hence canaries around d. Also band_prefetch, the prefetch of the next unit's rows, and
+// fill_band_pairs, the band of bf16 channel pairs from bf16 and fp8 rows (below).
 #include <tessera/conv/detail/implicit.hpp>
 
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -195,3 +197,87 @@ TEST_CASE("implicit conv band_prefetch: the next unit's rows inside the image, l
   for (int s = 0; s < 28; ++s) pf.step([&](std::uintptr_t) { ++n; });
   CHECK(n == 0);
 }
+
+#if TESSERA_GEMM_AVX512BF16
+namespace {
+
+// The bf16 bits of x by the definition: bf16 as it is; fp8 through its float (exact in bf16:
+// the float's low 16 bits are zero), independent of the tables and registers fill_band_pairs uses.
+template <class T>
+std::uint32_t bf16_of(T x) {
+  if constexpr (std::is_same_v<T, tessera::bfloat16>) {
+    return x.bits;
+  } else {
+    const float f = x.to_float();
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u >> 16;
+  }
+}
+
+template <class T>
+void check_pair_band(std::mt19937& rng) {
+  const auto pick = [&](index_t lo, index_t hi) {
+    return std::uniform_int_distribution<index_t>(lo, hi)(rng);
+  };
+  constexpr std::uint32_t guard = 0xdeadbeefu;
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    ic::geometry g;
+    g.N = 1;
+    g.cin = pick(1, 9);
+    g.cout = 32;
+    g.R = pick(1, 5), g.S = pick(1, 5);
+    // Rows from 1 to 3 chunks of 64 (the fp8 path takes 64 codes a step, masked past the end).
+    g.Hin = pick(1, 12), g.Win = trial % 4 == 0 ? pick(60, 200) : pick(1, 70);
+    g.pt = pick(0, g.R), g.pl = pick(-1, g.S); // -1: the band starts inside the row
+    g.Hout = g.Hin + 2 * g.pt - g.R + 1, g.Wout = g.Win + 2 * g.pl - g.S + 1;
+    if (g.Hout < 1 || g.Wout < 1) continue;
+    const ic::direct_layout d = ic::direct_layout_for(g, true);
+    if (!d.ok) continue;
+    // Channel and row strides past the row's end (inputs cut from a larger tensor).
+    const index_t hs = g.Win + pick(0, 3), cs = g.Hin * hs + pick(0, 5);
+    std::vector<T> in(static_cast<std::size_t>(g.cin * cs + 64));
+    for (auto& x : in) {
+      if constexpr (std::is_same_v<T, tessera::bfloat16>)
+        x.bits = static_cast<std::uint16_t>(rng());
+      else
+        x = T::from_bits(static_cast<std::uint8_t>(rng())); // every code: NaN, Inf, subnormals
+    }
+    const index_t words = d.planes * d.BH * d.Wp;
+    std::vector<std::uint32_t> band(static_cast<std::size_t>(words + 64), guard);
+    const index_t h0 = pick(-g.R, g.Hin); // rows above and below the image are zeros
+    ic::fill_band_pairs(g, d, in.data(), cs, hs, h0, band.data());
+    for (index_t c2 = 0; c2 < d.planes; ++c2)
+      for (index_t hr = 0; hr < d.BH; ++hr)
+        for (index_t w = 0; w < d.Wp; ++w) {
+          const index_t h = h0 + hr, x = w - g.pl;
+          std::uint32_t want = 0;
+          if (h >= 0 && h < g.Hin && x >= 0 && x < g.Win) {
+            want = bf16_of(in[static_cast<std::size_t>(2 * c2 * cs + h * hs + x)]);
+            if (2 * c2 + 1 < g.cin)
+              want |= bf16_of(in[static_cast<std::size_t>((2 * c2 + 1) * cs + h * hs + x)]) << 16;
+          }
+          const std::uint32_t got = band[static_cast<std::size_t>((c2 * d.BH + hr) * d.Wp + w)];
+          if (got != want)
+            FAIL_CHECK(describe(g) << " h0 " << h0 << " word (" << c2 << ", " << hr << ", " << w
+                                   << "): " << got << ", want " << want);
+        }
+    for (index_t i = words; i < words + 64; ++i)
+      REQUIRE(band[static_cast<std::size_t>(i)] == guard);
+    ++checked;
+  }
+  REQUIRE(checked > 200);
+}
+
+} // namespace
+
+TEST_CASE("implicit conv fill_band_pairs: bf16 channel pairs of bf16 and fp8 rows, zeros outside "
+          "the image, nothing written past the band",
+          "[conv][implicit]") {
+  std::mt19937 rng(20261205);
+  check_pair_band<tessera::bfloat16>(rng);
+  check_pair_band<tessera::float8_e4m3>(rng);
+  check_pair_band<tessera::float8_e5m2>(rng);
+}
+#endif
