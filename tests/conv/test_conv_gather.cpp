@@ -228,7 +228,7 @@ void check_pair_band(std::mt19937& rng) {
     g.cin = pick(1, 9);
     g.cout = 32;
     g.R = pick(1, 5), g.S = pick(1, 5);
-    // Rows from 1 to 3 chunks of 64 (the fp8 path takes 64 codes a step, masked past the end).
+    // Rows from 1 to 4 chunks of 64 (the fp8 path takes 64 codes a step, masked past the end).
     g.Hin = pick(1, 12), g.Win = trial % 4 == 0 ? pick(60, 200) : pick(1, 70);
     g.pt = pick(0, g.R), g.pl = pick(-1, g.S); // -1: the band starts inside the row
     g.Hout = g.Hin + 2 * g.pt - g.R + 1, g.Wout = g.Win + 2 * g.pl - g.S + 1;
