@@ -342,6 +342,55 @@ TEST_CASE("conv2d_backward_weight bf16 and fp8: output channels along the lanes,
   }
 }
 
+TEST_CASE("conv2d_backward_weight bf16 and fp8 of 1 x 1 layers: input channels along the lanes",
+          "[conv][bf16][fp8][implicit]") {
+  // Fewer input than output channels (32 or more, a multiple of 16): x's band (rows made even,
+  // so that every channel starts on a whole pair) is transposed by pairs of positions, dy's
+  // pairs are broadcast from its grid, and the sums are output-channel major; a band holding
+  // Inf or NaN runs the dot products along rows into the same sums. Odd widths, several
+  // images per unit, several bands, groups, padding and the blocks of 2, 3 and 4 channel
+  // vectors (the last block of output channels short); as many channels in as out keeps the
+  // dot products. (Small images come in batches that give the dot products' 48 vector steps
+  // per register block, which the layout asks of every bf16 form.)
+  namespace ic = detail::implicit_conv;
+  using exec = Kokkos::DefaultExecutionSpace;
+  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W,
+                        conv2d_params prm = {}) {
+    conv_shape s;
+    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = 1, s.S = 1, s.prm = prm;
+    return s;
+  };
+  struct layer {
+    conv_shape s;
+    bool lanes; // weight_direct_layout::klanes expected (bf16 pairs)
+  };
+  const layer layers[] = {
+      {shape(16, 32, 64, 9, 7), true},  // rows of 7 made 8; 2 x 12 blocks, the last of 4
+      {shape(24, 48, 80, 5, 11), true}, // 3 x 8 blocks
+      {shape(24, 64, 272, 6, 6), true}, // 4 x 6 blocks, the last of 2 output channels
+      {shape(48, 32, 64, 3, 3), true},  // many small images per unit
+      {shape(1, 32, 64, 40, 40), true}, // one image in several bands
+      {shape(24, 32, 64, 6, 6, {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1}),
+       true},
+      {shape(24, 64, 128, 7, 7, {.groups = 2}), true}, // 32 -> 64 channels per group
+      {shape(4, 64, 64, 28, 28), false},               // as many in as out: dot products
+  };
+  int i = 0;
+  for (const layer& l : layers) {
+    INFO(describe(l.s));
+    if (ic::pairs_cpu()) {
+      const auto wl = ic::weight_direct_layout_for(detail::forward_geometry(problem_of(l.s), 1.f),
+                                                   exec{}.concurrency(), true);
+      CHECK(wl.ok);
+      CHECK(wl.klanes == l.lanes);
+    }
+    check_all_passes<bf16, bf16, bf16>(exec{}, l.s, 9300 + i, budgets[0]);
+    check_all_passes<fp8_e4m3, fp8_e4m3, fp8_e5m2>(exec{}, l.s, 9350 + i, budgets[0]);
+    ++i;
+  }
+  check_dw_with_nonfinite_x<bf16>(shape(4, 32, 64, 9, 9), 3);
+}
+
 TEST_CASE("conv2d_backward_weight bf16 with Inf and NaN in x: only true pairs are multiplied",
           "[conv][bf16][implicit]") {
   // As the fp32 case (test_conv2d.cpp): the bf16 dot products run over padded rows whose extra

@@ -1438,6 +1438,16 @@ void run_weight(const Exec& exec, const geometry& g, const float* in, index_t in
 // same on pairs of grid positions (32-bit words of dy and of the band, the grid's extra
 // columns meeting zeros of dy), a band holding Inf or NaN by the row-by-row dot products.
 // Measured (Zen 5, 32 -> 64 channels at 14 x 14, fp32): 135 -> 172 GFLOP/s at 1 thread.
+//
+// A 1 x 1 kernel's taps are its input channels, so the same register blocks take runs of one
+// tap (weight_lanes<KV, NR, 1>: 4 x 6, 3 x 8, 2 x 12, 1 x 12). With fewer input than output
+// channels (cin a multiple of 16) the roles swap (xlanes): x is transposed (cin x pixels, a
+// quarter of dy's 64 -> 256) and dy broadcast, the sums kept cout x cin; fp32 x without
+// padding is read where it lies (the band would be a copy of it), and bf16 bands and grids
+// of whole rows are copied one run per channel. The dot products along rows were load-bound
+// there (10 vector loads per 24 FMAs: 74% of the FMA peak from L1, 62% from L2) and copied x.
+// Measured (Zen 5, 1 thread, 64 -> 256 channels at 56 x 56, N 8): fp32 101 -> 160, bf16
+// 220 -> 349, fp8 184 -> 359 GFLOP/s; docs/performance.md.
 
 inline constexpr index_t wKB = 4, wTB = 6;
 
@@ -1447,10 +1457,13 @@ struct weight_direct_layout {
   index_t Wp = 0, BR = 0, BH = 0, bands = 0; ///< band row length, output rows, input rows
   index_t NB = 0, nblk = 0;                  ///< images per unit (at most), blocks of images
   bool padded_dy = false; ///< dy is copied onto the band's grid (zero columns past Wout)
-  /// Output channels along the lanes (3-wide kernels of dilation 1, cout a multiple of 16; the
-  /// sums are kred x cout). fp32 (weight_lanes): dy is transposed, in blocks of 64 channels, to
-  /// pixels x 64 (the last block pixels x its channels). bf16 pairs (weight_lanes_pairs): dy on
-  /// the grid, then its pairs of positions (32-bit words) transposed so.
+  /// Output channels along the lanes (3-wide kernels of dilation 1 or 1 x 1 kernels, cout a
+  /// multiple of 16; the sums are kred x cout). fp32 (weight_lanes): dy is transposed, in
+  /// blocks of 64 channels, to pixels x 64 (the last block pixels x its channels). bf16 pairs
+  /// (weight_lanes_pairs): dy on the grid, then its pairs of positions (32-bit words)
+  /// transposed so. A 1 x 1 layer with fewer input channels (a multiple of 16) transposes x
+  /// instead, its input channels along the lanes and the sums cout x kred (run_weight_direct's
+  /// xlanes; for bf16 pairs only that form is laid out, with 32 or more input channels).
   bool klanes = false;
   /// fp32 elements widened from x and dy of a lower precision: a unit's rows of dy are
   /// widened into a copy (cout x BR x Wout floats per image), read as dy itself would be.
@@ -1531,15 +1544,17 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   // Rapids'), read once per block of wKB channels; dy is read once, wKB channels at a time.
   const index_t budget = (index_t(512) << 10) / (pairs ? 2 : 4); // elements
   d.widened = widened;
-  if (!pairs && !widened && g.S == 3 && g.dw == 1 && g.cout % 16 == 0 && g.kred() >= 32) {
+  const bool runs3 = g.S == 3 && g.dw == 1, taps1 = g.R == 1 && g.S == 1;
+  if (!pairs && !widened && (runs3 || taps1) && g.cout % 16 == 0 && g.kred() >= 32) {
     // Output channels along the lanes (weight_lanes): a unit's band and transposed dy stay in
     // L2 together; its pixels are the reduction, each register block's sums kept in registers
     // over all of them (256 pixels or more per unit where the images allow). Not for a
     // reduction under 32 (a first layer, 1 x 3 x 3): there the transposed copy of dy costs as
     // much as the products, and the rows run on dy itself (measured, Zen 5, 1 -> 32 channels
     // at 28 x 28: 1.17x at 1 thread but 0.90x at 2, where both read dy at the memory's rate).
+    // 1 x 1 kernels: runs of one tap (an input channel each), or x transposed (xlanes).
     d.klanes = true;
-    d.Wp = g.Wout + 2;
+    d.Wp = g.Wout + (g.S - 1);
     const auto image = [&](index_t br) {
       return g.cin * (br + (g.R - 1) * g.dh) * d.Wp + br * g.Wout * g.cout;
     };
@@ -1552,7 +1567,15 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
     return d;
   }
   if (pairs && g.kred() < 32) return d;
+  // bf16 pairs along the lanes (below): 3-wide kernels as fp32, 1 x 1 kernels only with x
+  // transposed (32 or more input channels, fewer than output channels). With dy transposed
+  // they measured 0.92-0.99x the dot products (Zen 5: 256 -> 64 channels at 56 x 56, 512 ->
+  // 128 at 28 x 28, 1024 -> 256 at 14 x 14), and with 16 input channels x's single vector
+  // per block made 0.94x (16 -> 64 at 56 x 56).
+  const bool pairs_lanes = pairs && ((runs3 && g.cout % 16 == 0) ||
+                                     (taps1 && g.cin % 16 == 0 && g.cin >= 32 && g.cin < g.cout));
   d.Wp = g.Wout + (g.S - 1) * g.dw;
+  if (pairs_lanes && taps1) d.Wp += d.Wp % 2; // every channel of the band starts a whole word
   // dy is copied onto the band's grid only when the copy (cout x pixels) is small beside the
   // products (cout x pixels x kred): with a reduction under 32 (a first layer, 1 x 3 x 3) the
   // rows run one by one on dy itself, their tails masked.
@@ -1573,10 +1596,11 @@ inline weight_direct_layout weight_direct_layout_for(const geometry& g, index_t 
   d.size_blocks(g, threads, want);
   d.ok = true;
   // bf16 pairs of grid positions with output channels along the lanes (weight_lanes_pairs):
-  // 3-wide kernels of dilation 1, whole vectors of 16 channels; the same blocks of images
+  // 3-wide kernels of dilation 1, whole vectors of 16 channels (1 x 1 kernels: x's pairs
+  // transposed, the input channels along the lanes); the same blocks of images
   // (blocks sized for L2 with both copies of dy, as for fp32, measured no faster: Zen 5,
   // 32 -> 64 channels at 14 x 14, 1.00x at 1 thread, 0.90-1.00x at 2).
-  if (pairs && g.S == 3 && g.dw == 1 && g.cout % 16 == 0) d.klanes = true;
+  if (pairs_lanes) d.klanes = true;
   return d;
 }
 
@@ -1605,6 +1629,12 @@ void fill_band_bf16(const geometry& g, const direct_layout& d, const T* in, inde
                     index_t h0, std::uint16_t* band) {
   index_t lo, hi; // band columns holding input columns: wc = w + pl
   valid_output_range(g.Win, d.Wp, 1, -g.pl, lo, hi);
+  if (lo == 0 && hi == d.Wp && d.Wp == g.Win && hs == g.Win && h0 >= 0 && h0 + d.BH <= g.Hin) {
+    // Whole rows without padding, contiguous in the input: one run per channel.
+    for (index_t c = 0; c < g.cin; ++c)
+      hostgemm::load_bf16(in + c * cs + h0 * hs, band + c * d.BH * d.Wp, d.BH * d.Wp);
+    return;
+  }
   for (index_t c = 0; c < g.cin; ++c)
     for (index_t hr = 0; hr < d.BH; ++hr) {
       std::uint16_t* row = band + (c * d.BH + hr) * d.Wp;
@@ -1812,27 +1842,29 @@ void fill_band_bf16(const geometry& g, const direct_layout& d, const T* in, inde
 
 /// Backward-weight with output channels along the lanes (weight_direct_layout::klanes):
 /// out[t * ldo + 16 v + l] += sum over images b < nb, rows p < rows and columns q < wout of
-/// dyt[b * dyt_is + (p * wout + q) * 16 KV + 16 v + l] * x[t / 3][b * x_is + p * Wp + q + t % 3]
-/// for the 3 NR taps t (NR runs of three adjacent taps: a 3-wide kernel, dilation 1) and the
-/// KV vectors v of channels. Each pixel: KV loads of dy, 3 NR broadcasts of x, 3 NR KV FMAs into
-/// accumulators that stay in registers over all of the unit's pixels, then one add to out: no
-/// horizontal sums and no padded columns (only true pixels are visited; the band's zero
-/// padding is the convolution's own). KV * 3 NR <= 24.
-template <int KV, int NR>
-[[gnu::noinline]] inline void weight_lanes(const float* dyt, index_t dyt_is, const float* const* x,
-                                           index_t x_is, index_t Wp, index_t nb, index_t rows,
-                                           index_t wout, float* out, index_t ldo) {
-  static_assert(KV * 3 * NR <= 24, "weight_lanes keeps its sums in 24 registers or fewer");
-  __m512 acc[3 * NR][KV];
-#pragma GCC unroll 12
-  for (int t = 0; t < 3 * NR; ++t)
+/// dyt[b * dyt_is + (p * wout + q) * 16 KV + 16 v + l] * x[t / A][b * x_is + p * Wp + q + t % A]
+/// for the A NR taps t < nt (NR runs of A adjacent taps: A = 3 for a 3-wide kernel of dilation
+/// 1, A = 1 for a 1 x 1 kernel, whose runs are input channels) and the KV vectors v of
+/// channels. Each pixel: KV loads of dy, A NR broadcasts of x, A NR KV FMAs into accumulators
+/// that stay in registers over all of the unit's pixels, then one add to out: no horizontal
+/// sums and no padded columns (only true pixels are visited; the band's zero padding is the
+/// convolution's own). KV * A * NR <= 24. Taps from nt on are computed (their runs may repeat
+/// the last one) but not added.
+template <int KV, int NR, int A = 3>
+[[gnu::noinline]] inline void
+weight_lanes(const float* dyt, index_t dyt_is, const float* const* x, index_t x_is, index_t Wp,
+             index_t nb, index_t rows, index_t wout, float* out, index_t ldo, index_t nt = A * NR) {
+  static_assert(KV * A * NR <= 24, "weight_lanes keeps its sums in 24 registers or fewer");
+  __m512 acc[A * NR][KV];
+#pragma GCC unroll 24
+  for (int t = 0; t < A * NR; ++t)
 #pragma GCC unroll 4
     for (int v = 0; v < KV; ++v) acc[t][v] = _mm512_setzero_ps();
   for (index_t b = 0; b < nb; ++b)
     for (index_t p = 0; p < rows; ++p) {
       const float* d = dyt + b * dyt_is + p * wout * 16 * KV;
       const float* xr[NR];
-#pragma GCC unroll 4
+#pragma GCC unroll 24
       for (int r = 0; r < NR; ++r) xr[r] = x[r] + b * x_is + p * Wp;
       for (index_t q = 0; q < wout; ++q, d += 16 * KV) {
         __m512 dv[KV];
@@ -1841,27 +1873,28 @@ template <int KV, int NR>
           dv[v] = _mm512_loadu_ps(d + 16 * v);
           asm("" : "+v"(dv[v])); // one load, 3 NR products (else folded into each FMA)
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 24
         for (int r = 0; r < NR; ++r) {
           // An opaque pointer: else GCC's predictive commoning carries the broadcasts shared
           // with the next pixel in registers (two pixels an iteration, accumulators spilled).
           const float* xq = xr[r] + q;
           asm("" : "+r"(xq));
 #pragma GCC unroll 3
-          for (int s = 0; s < 3; ++s) {
+          for (int s = 0; s < A; ++s) {
             __m512 xv = _mm512_set1_ps(xq[s]);
             if constexpr (KV > 1) asm("" : "+v"(xv)); // one broadcast, KV products
 #pragma GCC unroll 4
             for (int v = 0; v < KV; ++v)
-              acc[3 * r + s][v] = _mm512_fmadd_ps(dv[v], xv, acc[3 * r + s][v]);
+              acc[A * r + s][v] = _mm512_fmadd_ps(dv[v], xv, acc[A * r + s][v]);
           }
         }
       }
     }
-#pragma GCC unroll 12
-  for (int t = 0; t < 3 * NR; ++t)
+#pragma GCC unroll 24
+  for (int t = 0; t < A * NR; ++t)
 #pragma GCC unroll 4
     for (int v = 0; v < KV; ++v) {
+      if (t >= nt) break;
       float* o = out + t * ldo + 16 * v;
       _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t][v]));
     }
@@ -1873,14 +1906,15 @@ template <int KV, int NR>
 /// (dy of channel 16 v + l at grid positions 2j, 2j + 1) with the word of x[t / 3] at
 /// b * x_is + 2 j + t % 3 (x there and at the next position), in elements. The grid's extra
 /// columns meet zeros of dy: the band must be finite.
-template <int KV, int NR>
-[[gnu::noinline]] inline void
-weight_lanes_pairs(const std::uint32_t* dyt, index_t dyt_is, const std::uint16_t* const* x,
-                   index_t x_is, index_t nb, index_t words, float* out, index_t ldo) {
-  static_assert(KV * 3 * NR <= 24, "weight_lanes_pairs keeps its sums in 24 registers or fewer");
-  __m512 acc[3 * NR][KV];
-#pragma GCC unroll 12
-  for (int t = 0; t < 3 * NR; ++t)
+template <int KV, int NR, int A = 3>
+[[gnu::noinline]] inline void weight_lanes_pairs(const std::uint32_t* dyt, index_t dyt_is,
+                                                 const std::uint16_t* const* x, index_t x_is,
+                                                 index_t nb, index_t words, float* out, index_t ldo,
+                                                 index_t nt = A * NR) {
+  static_assert(KV * A * NR <= 24, "weight_lanes_pairs keeps its sums in 24 registers or fewer");
+  __m512 acc[A * NR][KV];
+#pragma GCC unroll 24
+  for (int t = 0; t < A * NR; ++t)
 #pragma GCC unroll 4
     for (int v = 0; v < KV; ++v) acc[t][v] = _mm512_setzero_ps();
   for (index_t b = 0; b < nb; ++b) {
@@ -1892,27 +1926,28 @@ weight_lanes_pairs(const std::uint32_t* dyt, index_t dyt_is, const std::uint16_t
         dv[v] = _mm512_loadu_si512(d + 16 * v);
         asm("" : "+v"(dv[v])); // one load, 3 NR products
       }
-#pragma GCC unroll 4
+#pragma GCC unroll 24
       for (int r = 0; r < NR; ++r) {
         const std::uint16_t* xq = x[r] + b * x_is + 2 * j;
         asm("" : "+r"(xq)); // no predictive commoning (weight_lanes)
 #pragma GCC unroll 3
-        for (int s = 0; s < 3; ++s) {
+        for (int s = 0; s < A; ++s) {
           std::uint32_t w;
           std::memcpy(&w, xq + s, 4);
           __m512i xv = _mm512_set1_epi32(static_cast<int>(w));
           if constexpr (KV > 1) asm("" : "+v"(xv));
 #pragma GCC unroll 4
           for (int v = 0; v < KV; ++v)
-            acc[3 * r + s][v] = _mm512_dpbf16_ps(acc[3 * r + s][v], (__m512bh)dv[v], (__m512bh)xv);
+            acc[A * r + s][v] = _mm512_dpbf16_ps(acc[A * r + s][v], (__m512bh)dv[v], (__m512bh)xv);
         }
       }
     }
   }
-#pragma GCC unroll 12
-  for (int t = 0; t < 3 * NR; ++t)
+#pragma GCC unroll 24
+  for (int t = 0; t < A * NR; ++t)
 #pragma GCC unroll 4
     for (int v = 0; v < KV; ++v) {
+      if (t >= nt) break;
       float* o = out + t * ldo + 16 * v;
       _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t][v]));
     }
@@ -1980,6 +2015,36 @@ inline void lanes_blocks(index_t kp, index_t kred, const F& f) {
   }
 }
 
+/// The register blocks of weight_lanes<KV, NR, 1> (a 1 x 1 kernel: taps are input channels)
+/// over kp / 16 vectors of channels and kred taps: f(KV, NR, v0, t0, nt) with KV and NR as
+/// std::integral_constant<int, .> (4 vectors x 6 taps, 3 x 8, 2 x 12, 1 x 12 for the last
+/// vectors), v0 the block's first vector, t0 its first tap and nt <= NR its taps (the last block
+/// of taps may be short: its runs past kred repeat the last tap, not added).
+template <class F>
+inline void lanes_blocks_1x1(index_t kp, index_t kred, const F& f) {
+  const index_t kvs = kp / 16;
+  for (index_t v0 = 0; v0 < kvs; v0 += 4) {
+    const auto blocks = [&](auto KV, auto NR) {
+      for (index_t t0 = 0; t0 < kred; t0 += NR())
+        f(KV, NR, v0, t0, std::min<index_t>(NR(), kred - t0));
+    };
+    switch (std::min<index_t>(4, kvs - v0)) {
+    case 1:
+      blocks(std::integral_constant<int, 1>{}, std::integral_constant<int, 12>{});
+      break;
+    case 2:
+      blocks(std::integral_constant<int, 2>{}, std::integral_constant<int, 12>{});
+      break;
+    case 3:
+      blocks(std::integral_constant<int, 3>{}, std::integral_constant<int, 8>{});
+      break;
+    default:
+      blocks(std::integral_constant<int, 4>{}, std::integral_constant<int, 6>{});
+      break;
+    }
+  }
+}
+
 /// Backward-weight through dot products (d.ok): x (in) and dy as for run_weight; store(k, kk,
 /// v) for every output channel and tap with v = alpha * sum. x and dy of precisions exact in
 /// bf16 run as bf16 (weight_block_pairs; d.pairs), or, Widened, as fp32: widened exactly into
@@ -2004,6 +2069,15 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
   const std::size_t band_n = static_cast<std::size_t>(g.cin * d.BH * d.Wp);
   const geometry bg{.cin = g.cin, .Hin = g.Hin, .Win = g.Win, .pl = g.pl}; // for fill_band
   const direct_layout fl{.BH = d.BH, .Wp = d.Wp};
+  // fp32 x of a 1 x 1 layer without padding, its rows contiguous: the band would be a copy of
+  // x, which is read where it lies instead (x_is = in_ns, channels in_cs apart).
+  const bool x_in_place = !pairs && !Widened && g.R == 1 && g.S == 1 && g.pt == 0 && g.pl == 0 &&
+                          g.Hout == g.Hin && g.Wout == g.Win && d.Wp == g.Win && in_hs == g.Win;
+  // A 1 x 1 layer with the channels along the lanes and fewer input than output channels:
+  // x is transposed (fp32: from where it lies; bf16: its band's pairs of positions) into the
+  // space of dy's transposed copy, dy broadcast, the sums cout x kred.
+  const bool xlanes =
+      d.klanes && g.R == 1 && g.S == 1 && (pairs || x_in_place) && g.cin % 16 == 0 && g.cin < cout;
   const auto body = [&](const int part) {
     unsigned char* mine = base + static_cast<std::size_t>(part) * per_part;
     E* bands = reinterpret_cast<E*>(mine);                         // NB x band_stride
@@ -2016,7 +2090,11 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
     // Calls of the dot-product kernels per unit, over which the next unit's x and dy are
     // prefetched.
     index_t calls = 0;
-    if (d.klanes) {
+    if (xlanes) {
+      lanes_blocks_1x1(g.cin, cout, [&](auto, auto, index_t, index_t, index_t) { ++calls; });
+    } else if (d.klanes && g.S == 1) {
+      lanes_blocks_1x1(cout, kred, [&](auto, auto, index_t, index_t, index_t) { ++calls; });
+    } else if (d.klanes) {
       lanes_blocks(cout, kred, [&](auto, auto, index_t, index_t) { ++calls; });
     } else {
       calls = (cout + wKB - 1) / wKB * ((kred + wTB - 1) / wTB);
@@ -2035,6 +2113,10 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
     for (index_t u = u0; u < u1; ++u) {
       index_t gi, n0, nb, p0, rows;
       unit_of(u, gi, n0, nb, p0, rows);
+      // fp32 x of a 1 x 1 layer without padding, rows contiguous: the band is x itself.
+      const E* xin = nullptr;
+      if constexpr (!pairs && !Widened)
+        if (x_in_place) xin = in + n0 * in_ns + gi * g.cin * in_cs + p0 * g.Win;
       const TD* dyimg = dy + n0 * dy_ns + gi * cout * dy_cs + p0 * g.Wout;
       if (u + 1 < u1) {
         index_t ng, nn0, nnb, np0, nrows;
@@ -2050,11 +2132,21 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         const TX* img = in + (n0 + b) * in_ns + gi * g.cin * in_cs;
         if constexpr (pairs) {
           fill_band_bf16(bg, fl, img, in_cs, in_hs, p0 - g.pt, band);
-        } else {
+        } else if (!x_in_place) {
           fill_band(bg, fl, img, in_cs, in_hs, p0 - g.pt, band);
         }
-        std::memset(band + band_n, 0, sizeof(E) * (band_stride - band_n));
+        if (!x_in_place) std::memset(band + band_n, 0, sizeof(E) * (band_stride - band_n));
         if constexpr (!pairs && fp32_dy) {
+          if (xlanes) { // x as blocks of pixels x 64 channels, 16 channels at a time
+            const float* src[16];
+            float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
+            for (index_t c0 = 0; c0 < g.cin; c0 += 16) {
+              for (index_t i = 0; i < 16; ++i) src[i] = xin + b * in_ns + (c0 + i) * in_cs;
+              const index_t blk = c0 / 64, kv = std::min<index_t>(64, g.cin - 64 * blk);
+              transpose16(src, rows * g.Wout, dt + blk * 64 * d.BR * g.Wout + c0 % 64, kv);
+            }
+            continue;
+          }
           if (d.klanes) { // dy as blocks of pixels x 64 channels, 16 channels at a time
             const float* src[16];
             float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
@@ -2078,6 +2170,15 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         const index_t gcs = d.grid_cs();
         for (index_t k = 0; k < cout; ++k) {
           if (rows * d.Wp < gcs) dp[k * gcs + rows * d.Wp] = E(0); // an odd grid's last pair
+          if (d.Wp == g.Wout) { // the grid is dy's rows as they lie: one run per channel
+            const TD* src = dyimg + b * dy_ns + k * dy_cs;
+            if constexpr (pairs) {
+              hostgemm::load_bf16(src, dp + k * gcs, rows * g.Wout);
+            } else {
+              hostgemm::load_floats(src, dp + k * gcs, rows * g.Wout);
+            }
+            continue;
+          }
           for (index_t p = 0; p < rows; ++p) {
             E* row = dp + k * gcs + p * d.Wp;
             const TD* src = dyimg + b * dy_ns + k * dy_cs + p * g.Wout;
@@ -2093,6 +2194,33 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
       }
 #if TESSERA_GEMM_AVX512BF16
       if constexpr (pairs) {
+        if (xlanes && finite) { // 1 x 1: the band's words transposed, input channels along lanes
+          const index_t words = (rows * d.Wp + 1) / 2, gcs = d.grid_cs(), pw = d.pair_words();
+          for (index_t b = 0; b < nb; ++b) {
+            const E* band = bands + static_cast<std::size_t>(b) * band_stride;
+            auto* tw = reinterpret_cast<float*>(dyp + static_cast<std::size_t>(b) * dyp_stride +
+                                                cout * gcs);
+            const float* src[16];
+            for (index_t c0 = 0; c0 < g.cin; c0 += 16) {
+              for (index_t i = 0; i < 16; ++i)
+                src[i] = reinterpret_cast<const float*>(band + (c0 + i) * d.BH * d.Wp);
+              const index_t blk = c0 / 64, kv = std::min<index_t>(64, g.cin - 64 * blk);
+              transpose16(src, words, tw + blk * 64 * pw + c0 % 64, kv);
+            }
+          }
+          float* sg = sums + gi * cout * kred;
+          const auto* tw0 = reinterpret_cast<const std::uint32_t*>(dyp + cout * gcs);
+          lanes_blocks_1x1(g.cin, cout, [&](auto kv, auto nr, index_t v0, index_t k0, index_t nk) {
+            constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
+            const E* dr[NR];
+            for (int r = 0; r < NR; ++r) dr[r] = dyp + std::min(k0 + r, cout - 1) * gcs;
+            ahead();
+            weight_lanes_pairs<KV, NR, 1>(tw0 + v0 * 16 * pw, static_cast<index_t>(dyp_stride / 2),
+                                          dr, static_cast<index_t>(dyp_stride), nb, words,
+                                          sg + k0 * kred + v0 * 16, kred, nk);
+          });
+          continue;
+        }
         if (d.klanes && finite) { // pairs of grid positions, the channels along the lanes
           const index_t words = (rows * d.Wp + 1) / 2, gcs = d.grid_cs(), pw = d.pair_words();
           for (index_t b = 0; b < nb; ++b) { // each image's words, 16 channels at a time
@@ -2123,6 +2251,35 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
       }
 #endif
       if constexpr (!pairs && fp32_dy) {
+        if (xlanes) { // 1 x 1, input channels along the lanes: sums cout x kred
+          float* sg = sums + gi * cout * kred;
+          lanes_blocks_1x1(g.cin, cout, [&](auto kv, auto nr, index_t v0, index_t k0, index_t nk) {
+            constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
+            const float* dr[NR];
+            for (int r = 0; r < NR; ++r) dr[r] = dyimg + std::min(k0 + r, cout - 1) * dy_cs;
+            ahead();
+            weight_lanes<KV, NR, 1>(dyp + v0 * 16 * d.BR * g.Wout, static_cast<index_t>(dyp_stride),
+                                    dr, dy_ns, g.Wout, nb, rows, g.Wout, sg + k0 * kred + v0 * 16,
+                                    kred, nk);
+          });
+          continue;
+        }
+        if (d.klanes && g.S == 1) { // 1 x 1: the taps are input channels
+          float* sg = sums + gi * kred * cout;
+          const E* xb = xin ? xin : bands;
+          const index_t xcs = xin ? in_cs : d.BH * d.Wp;
+          const index_t xis = xin ? in_ns : static_cast<index_t>(band_stride);
+          lanes_blocks_1x1(cout, kred, [&](auto kv, auto nr, index_t v0, index_t t0, index_t nt) {
+            constexpr int KV = decltype(kv)::value, NR = decltype(nr)::value;
+            const float* xr[NR];
+            for (int r = 0; r < NR; ++r) xr[r] = xb + std::min(t0 + r, kred - 1) * xcs;
+            ahead();
+            weight_lanes<KV, NR, 1>(dyp + v0 * 16 * d.BR * g.Wout, static_cast<index_t>(dyp_stride),
+                                    xr, xis, d.Wp, nb, rows, g.Wout, sg + t0 * cout + v0 * 16, cout,
+                                    nt);
+          });
+          continue;
+        }
         if (d.klanes) { // the channels along the lanes
           float* sg = sums + gi * kred * cout;
           lanes_blocks(cout, kred, [&](auto kv, auto nr, index_t v0, index_t r0) {
@@ -2162,7 +2319,11 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         for (index_t t0 = 0; t0 < kred; t0 += wTB) {
           for (index_t i = 0; i < wKB; ++i) // channels past cout repeat the last one
             dyr[i] = dyb + std::min(k0 + i, cout - 1) * dcs;
-          for (index_t t = 0; t < wTB; ++t) xr[t] = bands + off[std::min(t0 + t, kred - 1)];
+          for (index_t t = 0; t < wTB; ++t) {
+            const index_t tt = std::min(t0 + t, kred - 1);
+            xr[t] = xin ? xin + tt * in_cs : bands + off[tt];
+          }
+          const index_t xis = xin ? in_ns : static_cast<index_t>(band_stride);
           ahead();
           float out[wKB * wTB];
           if constexpr (pairs) {
@@ -2174,17 +2335,16 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
             // Two runs of three adjacent taps (a 3-wide kernel, dilation 1) over linear runs:
             // the +1 and +2 taps cut from aligned loads (weight_block_runs).
             const index_t* o = off + t0;
-            const bool runs = linear && t0 + wTB <= kred && o[1] == o[0] + 1 && o[2] == o[0] + 2 &&
-                              o[4] == o[3] + 1 && o[5] == o[3] + 2;
+            const bool runs = !xin && linear && t0 + wTB <= kred && o[1] == o[0] + 1 &&
+                              o[2] == o[0] + 2 && o[4] == o[3] + 1 && o[5] == o[3] + 2;
             if (runs)
-              weight_block_runs(dyr, dis, xr, static_cast<index_t>(band_stride), nb, n, out);
+              weight_block_runs(dyr, dis, xr, xis, nb, n, out);
             else
-              weight_block(dyr, dis, drs, xr, static_cast<index_t>(band_stride), d.Wp, nb, rn, n,
-                           out);
+              weight_block(dyr, dis, drs, xr, xis, d.Wp, nb, rn, n, out);
           }
           for (index_t i = 0; i < wKB && k0 + i < cout; ++i) // klanes: sums kred x kp
             for (index_t t = 0; t < wTB && t0 + t < kred; ++t)
-              sg[d.klanes ? (t0 + t) * cout + k0 + i : (k0 + i) * kred + t0 + t] +=
+              sg[d.klanes && !xlanes ? (t0 + t) * cout + k0 + i : (k0 + i) * kred + t0 + t] +=
                   out[i * wTB + t];
         }
     }
@@ -2199,7 +2359,7 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
   // dw[k, kk] = alpha * (sum over threads, in order, of their sums).
   const float alpha = g.alpha;
   // klanes: the sums of group gi, tap kk, channel k at (gi kred + kk) cout + k.
-  const bool klanes = d.klanes;
+  const bool klanes = d.klanes && !xlanes;
   Kokkos::parallel_for("tessera::conv2d_backward_weight[implicit direct sum]",
                        Kokkos::RangePolicy<Exec>(exec, 0, g.G * cout), [=](const index_t row) {
                          const index_t gi = row / cout, k = row % cout;
