@@ -264,6 +264,20 @@ inline conv_shape make_shape(index_t N, index_t C, index_t K, index_t H, index_t
   return s;
 }
 
+/// N images of C channels H x W through K 1 x 1 filters, parameters prm.
+inline conv_shape pointwise_shape(index_t N, index_t C, index_t K, index_t H, index_t W,
+                                  const conv2d_params& prm = {}) {
+  return make_shape(N, C, K, H, W, 1, 1, prm);
+}
+
+/// A 1 x 1 layer of the backward-weight tests and whether its layout puts the channels along
+/// the lanes (weight_direct_layout::klanes: fp32 in test_conv2d.cpp, bf16 pairs in
+/// test_conv2d_lowp.cpp).
+struct pointwise_layer {
+  conv_shape s;
+  bool lanes;
+};
+
 /// Layers chosen to hit each form of the direct paths (conv/detail/implicit.hpp).
 inline std::vector<direct_layer> direct_layers() {
   constexpr auto shape = make_shape;

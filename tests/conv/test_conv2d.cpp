@@ -191,33 +191,24 @@ TEST_CASE("conv2d_backward_weight fp32 of 1 x 1 layers: channels along the lanes
   // where it lies. Odd pixel counts (the transposes' scalar tails), several images per unit,
   // several bands of one image, groups, padding (x copied into bands), and a reduction under 32
   // (dot products along rows, x in place) must all give the reference's dW.
-  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W,
-                        conv2d_params prm = {}) {
-    conv_shape s;
-    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = 1, s.S = 1, s.prm = prm;
-    return s;
-  };
-  struct layer {
-    conv_shape s;
-    bool lanes; // weight_direct_layout::klanes expected (AVX-512)
-  };
-  const layer layers[] = {
-      {shape(3, 32, 64, 9, 7), true},   // x transposed; 2 x 12 blocks, the last of 4 taps
-      {shape(2, 48, 80, 5, 11), true},  // 3 x 8 blocks, 10 of them
-      {shape(2, 64, 272, 6, 6), true},  // 4 x 6 blocks, the last of 2 taps
-      {shape(2, 80, 48, 6, 10), true},  // dy transposed: 3 x 8 blocks over 80 taps
-      {shape(3, 64, 64, 5, 5), true},   // as many channels in as out: dy transposed
-      {shape(2, 96, 16, 7, 9), true},   // one vector of output channels, 1 x 12 blocks
-      {shape(23, 32, 64, 3, 3), true},  // many small images per unit
-      {shape(1, 32, 64, 40, 40), true}, // one image in several bands
-      {shape(2, 32, 64, 6, 6, {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1}),
-       true},                                         // padding: x copied into bands, dy transposed
-      {shape(2, 64, 128, 7, 7, {.groups = 2}), true}, // 32 -> 64 channels per group
-      {shape(4, 16, 64, 16, 16), false},              // a reduction of 16: dot products, x in place
-      {shape(3, 40, 40, 16, 16), false},              // 40 outputs: dot products, x in place
+  const pointwise_layer layers[] = {
+      {pointwise_shape(3, 32, 64, 9, 7), true},   // x transposed; 2 x 12 blocks, the last of 4 taps
+      {pointwise_shape(2, 48, 80, 5, 11), true},  // 3 x 8 blocks, 10 of them
+      {pointwise_shape(2, 64, 272, 6, 6), true},  // 4 x 6 blocks, the last of 2 taps
+      {pointwise_shape(2, 80, 48, 6, 10), true},  // dy transposed: 3 x 8 blocks over 80 taps
+      {pointwise_shape(3, 64, 64, 5, 5), true},   // as many channels in as out: dy transposed
+      {pointwise_shape(2, 96, 16, 7, 9), true},   // one vector of output channels, 1 x 12 blocks
+      {pointwise_shape(23, 32, 64, 3, 3), true},  // many small images per unit
+      {pointwise_shape(1, 32, 64, 40, 40), true}, // one image in several bands
+      {pointwise_shape(2, 32, 64, 6, 6,
+                       {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1}),
+       true}, // padding: x copied into bands, dy transposed
+      {pointwise_shape(2, 64, 128, 7, 7, {.groups = 2}), true}, // 32 -> 64 channels per group
+      {pointwise_shape(4, 16, 64, 16, 16), false}, // a reduction of 16: dot products, x in place
+      {pointwise_shape(3, 40, 40, 16, 16), false}, // 40 outputs: dot products, x in place
   };
   int i = 0;
-  for (const layer& l : layers) {
+  for (const pointwise_layer& l : layers) {
     INFO(describe(l.s));
 #if defined(__AVX512F__)
     const auto pb = problem_of(l.s);
@@ -235,8 +226,8 @@ TEST_CASE("conv2d_backward_weight fp32 of 1 x 1 layers: channels along the lanes
     ++i;
   }
   // Inf and NaN in x: every form multiplies true pairs only.
-  check_dw_with_nonfinite_x<fp32>(shape(4, 32, 64, 9, 9), 3);
-  check_dw_with_nonfinite_x<fp32>(shape(4, 64, 32, 9, 9), 3);
+  check_dw_with_nonfinite_x<fp32>(pointwise_shape(4, 32, 64, 9, 9), 3);
+  check_dw_with_nonfinite_x<fp32>(pointwise_shape(4, 64, 32, 9, 9), 3);
 }
 
 TEST_CASE("conv2d_backward_weight fp32 with Inf and NaN in x: only true pairs are multiplied",

@@ -354,29 +354,20 @@ TEST_CASE("conv2d_backward_weight bf16 and fp8 of 1 x 1 layers: input channels a
   // per register block, which the layout asks of every bf16 form.)
   namespace ic = detail::implicit_conv;
   using exec = Kokkos::DefaultExecutionSpace;
-  const auto shape = [](index_t N, index_t C, index_t K, index_t H, index_t W,
-                        conv2d_params prm = {}) {
-    conv_shape s;
-    s.N = N, s.C = C, s.K = K, s.H = H, s.W = W, s.R = 1, s.S = 1, s.prm = prm;
-    return s;
-  };
-  struct layer {
-    conv_shape s;
-    bool lanes; // weight_direct_layout::klanes expected (bf16 pairs)
-  };
-  const layer layers[] = {
-      {shape(16, 32, 64, 9, 7), true},  // rows of 7 made 8; 2 x 12 blocks, the last of 4
-      {shape(24, 48, 80, 5, 11), true}, // 3 x 8 blocks
-      {shape(24, 64, 272, 6, 6), true}, // 4 x 6 blocks, the last of 2 output channels
-      {shape(48, 32, 64, 3, 3), true},  // many small images per unit
-      {shape(1, 32, 64, 40, 40), true}, // one image in several bands
-      {shape(24, 32, 64, 6, 6, {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1}),
+  const pointwise_layer layers[] = {
+      {pointwise_shape(16, 32, 64, 9, 7), true},  // rows of 7 made 8; 2 x 12 blocks, the last of 4
+      {pointwise_shape(24, 48, 80, 5, 11), true}, // 3 x 8 blocks
+      {pointwise_shape(24, 64, 272, 6, 6), true}, // 4 x 6 blocks, the last of 2 output channels
+      {pointwise_shape(48, 32, 64, 3, 3), true},  // many small images per unit
+      {pointwise_shape(1, 32, 64, 40, 40), true}, // one image in several bands
+      {pointwise_shape(24, 32, 64, 6, 6,
+                       {.pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1}),
        true},
-      {shape(24, 64, 128, 7, 7, {.groups = 2}), true}, // 32 -> 64 channels per group
-      {shape(4, 64, 64, 28, 28), false},               // as many in as out: dot products
+      {pointwise_shape(24, 64, 128, 7, 7, {.groups = 2}), true}, // 32 -> 64 channels per group
+      {pointwise_shape(4, 64, 64, 28, 28), false},               // as many in as out: dot products
   };
   int i = 0;
-  for (const layer& l : layers) {
+  for (const pointwise_layer& l : layers) {
     INFO(describe(l.s));
     if (ic::pairs_cpu()) {
       const auto wl = ic::weight_direct_layout_for(detail::forward_geometry(problem_of(l.s), 1.f),
@@ -390,7 +381,7 @@ TEST_CASE("conv2d_backward_weight bf16 and fp8 of 1 x 1 layers: input channels a
   }
   // Inf and NaN in x: the units whose bands hold them take the dot products along rows, the
   // others x's pairs along the lanes, into the same sums.
-  const conv_shape bad = shape(16, 32, 64, 9, 9);
+  const conv_shape bad = pointwise_shape(16, 32, 64, 9, 9);
   if (ic::pairs_cpu())
     CHECK(ic::weight_direct_layout_for(detail::forward_geometry(problem_of(bad), 1.f),
                                        exec{}.concurrency(), true)
