@@ -299,6 +299,20 @@ inline void transpose16(const float* const* rows, index_t n, float* dst, index_t
     for (index_t i = 0; i < 16; ++i) dst[j * dld + i] = rows[i] ? rows[i][j] : 0.f;
 }
 
+/// The first n words of `channels` rows (a multiple of 16; row c at base + c * cs) as blocks of
+/// 64 channels: block k at dst + 64 k * pixels holds pixel j's channels of the block at
+/// j * kv (kv = 64, or the channels left in the last block). The channels-along-the-lanes forms
+/// of backward-weight read dy or x so (weight_lanes, weight_lanes_pairs on 32-bit words).
+inline void transpose_channel_blocks(const float* base, index_t cs, index_t channels, index_t n,
+                                     float* dst, index_t pixels) {
+  const float* src[16];
+  for (index_t c0 = 0; c0 < channels; c0 += 16) {
+    for (index_t i = 0; i < 16; ++i) src[i] = base + (c0 + i) * cs;
+    const index_t blk = c0 / 64, kv = std::min<index_t>(64, channels - 64 * blk);
+    transpose16(src, n, dst + blk * 64 * pixels + c0 % 64, kv);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward and stride-1 backward-data without packing A: direct reads of a padded band
 // ---------------------------------------------------------------------------------------------
@@ -1891,13 +1905,14 @@ weight_lanes(const float* dyt, index_t dyt_is, const float* const* x, index_t x_
       }
     }
 #pragma GCC unroll 24
-  for (int t = 0; t < A * NR; ++t)
+  for (int t = 0; t < A * NR; ++t) {
+    if (t >= nt) break; // runs past kred
 #pragma GCC unroll 4
     for (int v = 0; v < KV; ++v) {
-      if (t >= nt) break;
       float* o = out + t * ldo + 16 * v;
       _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t][v]));
     }
+  }
 }
 
 #if TESSERA_GEMM_AVX512BF16
@@ -1944,13 +1959,14 @@ template <int KV, int NR, int A = 3>
     }
   }
 #pragma GCC unroll 24
-  for (int t = 0; t < A * NR; ++t)
+  for (int t = 0; t < A * NR; ++t) {
+    if (t >= nt) break; // runs past kred
 #pragma GCC unroll 4
     for (int v = 0; v < KV; ++v) {
-      if (t >= nt) break;
       float* o = out + t * ldo + 16 * v;
       _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t][v]));
     }
+  }
 }
 
 #endif // TESSERA_GEMM_AVX512BF16
@@ -2113,8 +2129,8 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
     for (index_t u = u0; u < u1; ++u) {
       index_t gi, n0, nb, p0, rows;
       unit_of(u, gi, n0, nb, p0, rows);
-      // fp32 x of a 1 x 1 layer without padding, rows contiguous: the band is x itself.
-      const E* xin = nullptr;
+      const E* xin = nullptr; // x_in_place: the unit's x where it lies
+
       if constexpr (!pairs && !Widened)
         if (x_in_place) xin = in + n0 * in_ns + gi * g.cin * in_cs + p0 * g.Win;
       const TD* dyimg = dy + n0 * dy_ns + gi * cout * dy_cs + p0 * g.Wout;
@@ -2137,24 +2153,14 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         }
         if (!x_in_place) std::memset(band + band_n, 0, sizeof(E) * (band_stride - band_n));
         if constexpr (!pairs && fp32_dy) {
-          if (xlanes) { // x as blocks of pixels x 64 channels, 16 channels at a time
-            const float* src[16];
+          if (d.klanes) { // x (xlanes) or dy as blocks of pixels x 64 channels
             float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
-            for (index_t c0 = 0; c0 < g.cin; c0 += 16) {
-              for (index_t i = 0; i < 16; ++i) src[i] = xin + b * in_ns + (c0 + i) * in_cs;
-              const index_t blk = c0 / 64, kv = std::min<index_t>(64, g.cin - 64 * blk);
-              transpose16(src, rows * g.Wout, dt + blk * 64 * d.BR * g.Wout + c0 % 64, kv);
-            }
-            continue;
-          }
-          if (d.klanes) { // dy as blocks of pixels x 64 channels, 16 channels at a time
-            const float* src[16];
-            float* dt = dyp + static_cast<std::size_t>(b) * dyp_stride;
-            for (index_t k0 = 0; k0 < cout; k0 += 16) {
-              for (index_t i = 0; i < 16; ++i) src[i] = dyimg + b * dy_ns + (k0 + i) * dy_cs;
-              const index_t blk = k0 / 64, kv = std::min<index_t>(64, cout - 64 * blk);
-              transpose16(src, rows * g.Wout, dt + blk * 64 * d.BR * g.Wout + k0 % 64, kv);
-            }
+            if (xlanes)
+              transpose_channel_blocks(xin + b * in_ns, in_cs, g.cin, rows * g.Wout, dt,
+                                       d.BR * g.Wout);
+            else
+              transpose_channel_blocks(dyimg + b * dy_ns, dy_cs, cout, rows * g.Wout, dt,
+                                       d.BR * g.Wout);
             continue;
           }
         }
@@ -2165,27 +2171,22 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
           continue;
         }
         if (!d.padded_dy) continue;
-        // dy on the band's grid: Wp - Wout zero columns after each row.
+        // dy on the band's grid: Wp - Wout zero columns after each row; without them the
+        // grid's rows abut as dy's do, one run per channel (fp8 rows of 56 codes, a masked
+        // load each, had waited on memory).
         E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
         const index_t gcs = d.grid_cs();
+        const bool abut = d.Wp == g.Wout;
+        const index_t runs = abut ? 1 : rows, run = abut ? rows * g.Wout : g.Wout;
         for (index_t k = 0; k < cout; ++k) {
           if (rows * d.Wp < gcs) dp[k * gcs + rows * d.Wp] = E(0); // an odd grid's last pair
-          if (d.Wp == g.Wout) { // the grid is dy's rows as they lie: one run per channel
-            const TD* src = dyimg + b * dy_ns + k * dy_cs;
-            if constexpr (pairs) {
-              hostgemm::load_bf16(src, dp + k * gcs, rows * g.Wout);
-            } else {
-              hostgemm::load_floats(src, dp + k * gcs, rows * g.Wout);
-            }
-            continue;
-          }
-          for (index_t p = 0; p < rows; ++p) {
+          for (index_t p = 0; p < runs; ++p) {
             E* row = dp + k * gcs + p * d.Wp;
             const TD* src = dyimg + b * dy_ns + k * dy_cs + p * g.Wout;
             if constexpr (pairs) {
-              hostgemm::load_bf16(src, row, g.Wout);
+              hostgemm::load_bf16(src, row, run);
             } else {
-              hostgemm::load_floats(src, row, g.Wout); // a copy, or widened exactly
+              hostgemm::load_floats(src, row, run); // a copy, or widened exactly
             }
             for (index_t q = g.Wout; q < d.Wp; ++q) row[q] = E(0);
           }
@@ -2196,18 +2197,13 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
       if constexpr (pairs) {
         if (xlanes && finite) { // 1 x 1: the band's words transposed, input channels along lanes
           const index_t words = (rows * d.Wp + 1) / 2, gcs = d.grid_cs(), pw = d.pair_words();
-          for (index_t b = 0; b < nb; ++b) {
-            const E* band = bands + static_cast<std::size_t>(b) * band_stride;
-            auto* tw = reinterpret_cast<float*>(dyp + static_cast<std::size_t>(b) * dyp_stride +
-                                                cout * gcs);
-            const float* src[16];
-            for (index_t c0 = 0; c0 < g.cin; c0 += 16) {
-              for (index_t i = 0; i < 16; ++i)
-                src[i] = reinterpret_cast<const float*>(band + (c0 + i) * d.BH * d.Wp);
-              const index_t blk = c0 / 64, kv = std::min<index_t>(64, g.cin - 64 * blk);
-              transpose16(src, words, tw + blk * 64 * pw + c0 % 64, kv);
-            }
-          }
+          for (index_t b = 0; b < nb; ++b) // each image's band by words (rows made even)
+            transpose_channel_blocks(
+                reinterpret_cast<const float*>(bands + static_cast<std::size_t>(b) * band_stride),
+                d.BH * d.Wp / 2, g.cin, words,
+                reinterpret_cast<float*>(dyp + static_cast<std::size_t>(b) * dyp_stride +
+                                         cout * gcs),
+                pw);
           float* sg = sums + gi * cout * kred;
           const auto* tw0 = reinterpret_cast<const std::uint32_t*>(dyp + cout * gcs);
           lanes_blocks_1x1(g.cin, cout, [&](auto kv, auto nr, index_t v0, index_t k0, index_t nk) {
@@ -2224,16 +2220,9 @@ void run_weight_direct(const Exec& exec, const geometry& g, const weight_direct_
         if (d.klanes && finite) { // pairs of grid positions, the channels along the lanes
           const index_t words = (rows * d.Wp + 1) / 2, gcs = d.grid_cs(), pw = d.pair_words();
           for (index_t b = 0; b < nb; ++b) { // each image's words, 16 channels at a time
-            const E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
-            auto* tw = reinterpret_cast<float*>(dyp + static_cast<std::size_t>(b) * dyp_stride +
-                                                cout * gcs);
-            const float* src[16];
-            for (index_t k0 = 0; k0 < cout; k0 += 16) {
-              for (index_t i = 0; i < 16; ++i)
-                src[i] = reinterpret_cast<const float*>(dp + (k0 + i) * gcs);
-              const index_t blk = k0 / 64, kv = std::min<index_t>(64, cout - 64 * blk);
-              transpose16(src, words, tw + blk * 64 * pw + k0 % 64, kv);
-            }
+            E* dp = dyp + static_cast<std::size_t>(b) * dyp_stride;
+            transpose_channel_blocks(reinterpret_cast<const float*>(dp), gcs / 2, cout, words,
+                                     reinterpret_cast<float*>(dp + cout * gcs), pw);
           }
           float* sg = sums + gi * kred * cout;
           const auto* tw0 = reinterpret_cast<const std::uint32_t*>(dyp + cout * gcs);
