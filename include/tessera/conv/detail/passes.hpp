@@ -71,6 +71,19 @@ struct conv_bias_op {
   void check(const char*, index_t, index_t) const {}
 };
 
+#if !TESSERA_DEVICE_PASS
+/// conv_bias_op's vector form (gemm/detail/host.hpp, vec_op) when it has no epilogue of its own:
+/// the host GEMM then adds the bias on whole vectors in its last store.
+template <bool HasBias, class BV>
+hostgemm::vfloat vec_op(const conv_bias_op<HasBias, BV, no_epilogue>& o, const hostgemm::vfloat& v,
+                        index_t i, index_t) {
+  if constexpr (HasBias)
+    return v + hostgemm::vfloat(to_float(o.bias(o.k0 + i)));
+  else
+    return v;
+}
+#endif
+
 /// dst(i, j) = epi(src(i, j) + bias[k0 + i]), rounded once to dst's precision (src may alias
 /// dst).
 template <bool HasBias, class Exec, class SrcM, class DstM, class BV, class Epi>
@@ -265,12 +278,23 @@ struct forward_pass {
   static constexpr bool runs_when_empty = false;
   static constexpr bool has_bias = !std::is_same_v<BV, no_bias_t>;
   static constexpr bool post = has_bias || !std::is_same_v<Epi, no_epilogue>; // after the GEMM
-  // An fp32 y gets the bias and epilogue in a pass over y (vectorised; the GEMM applies epilogue
-  // ops one element at a time, 8% slower for a 1x1 layer with K/groups = 64 rows). A
-  // low-precision y must be rounded once: the bias and epilogue are fused into the GEMM's store
-  // when the epilogue can be an op of a tessera::epilogue (default-constructible and assignable:
-  // not a lambda), else y goes through the fp32 tile.
-  static constexpr bool fuse = !std::is_same_v<py, fp32> && std::is_default_constructible_v<Epi> &&
+  using bias_op = conv_bias_op<has_bias, BV, Epi>;
+  // The bias and epilogue go into the GEMM's last store when the epilogue can be an op of a
+  // tessera::epilogue (default-constructible and assignable: not a lambda) and either y is in a
+  // low precision (rounded once, after them) or the host GEMM stores them on whole vectors
+  // (fp32 y and no epilogue besides the bias: conv_bias_op's vec_op; for res1x1_56's forward
+  // this saved the pass over y, 10% of the time on Zen 5). Otherwise an fp32 y gets them in a
+  // vectorised pass over y (the scalar store of a GEMM epilogue was 8% slower for a 1x1 layer
+  // with K/groups = 64 rows), and a low-precision y goes through the fp32 tile.
+  static constexpr bool vector_fused = [] {
+#if !TESSERA_DEVICE_PASS
+    return is_host_exec_v<Exec> && hostgemm::vector_op<bias_op>;
+#else
+    return false;
+#endif
+  }();
+  static constexpr bool fuse = (!std::is_same_v<py, fp32> || vector_fused) &&
+                               std::is_default_constructible_v<Epi> &&
                                std::is_copy_assignable_v<Epi>;
 
   const Exec& exec;
@@ -287,7 +311,9 @@ struct forward_pass {
   storage_t<px>* col = nullptr;
   float* out = nullptr;
 
-  void direct() const { direct_cg1_forward<has_bias>(exec, x, w, bias, y, pb.prm, alpha, epi); }
+  void direct() const {
+    direct_cg1_forward<has_bias>(exec, x, w, bias, y, pb.prm, alpha, epi);
+  }
 
   bool implicit() const {
 #if !TESSERA_DEVICE_PASS
@@ -322,8 +348,7 @@ struct forward_pass {
       const auto yt = tile_matrix<M>(y, t, g * Kg, Kg, pb.Q);
       if constexpr (post && fuse) {
         gemm(exec, wg, b, yt,
-             epilogue<conv_bias_op<has_bias, BV, Epi>>{
-                 .alpha = alpha, .beta = 0.f, .ops = {{bias, g * Kg, epi}}});
+             epilogue<bias_op>{.alpha = alpha, .beta = 0.f, .ops = {{bias, g * Kg, epi}}});
       } else {
         gemm(exec, wg, b, yt, opts);
         if constexpr (post) bias_epilogue<has_bias>(exec, yt, yt, bias, g * Kg, epi);

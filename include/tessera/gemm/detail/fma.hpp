@@ -48,9 +48,17 @@ template <index_t MR, index_t NR>
 /// d (MR x NV vectors, row stride ld) = alpha * c + beta * d with alpha = ab[0], beta = ab[1];
 /// beta == 0 does not read d. (alpha and beta come through memory, read only here: as float
 /// arguments they would occupy two of the 32 vector registers the micro-kernel's loop needs.)
-template <index_t MR, index_t NV, class V>
+/// (post(v, r, j): a function of the vector v of row r at column j of the tile applied before
+/// the store, the GEMM's epilogue ops in their vector form; the identity by default.)
+struct no_post {
+  template <class V>
+  [[gnu::always_inline]] V operator()(const V& v, index_t, index_t) const {
+    return v;
+  }
+};
+template <index_t MR, index_t NV, class V, class Post = no_post>
 [[gnu::always_inline]] inline void update_tile(V (&c)[MR][NV], float* d, index_t ld,
-                                               const float* ab) {
+                                               const float* ab, const Post& post = {}) {
   constexpr index_t L = static_cast<index_t>(V::size);
   const float beta = ab[1];
   const V va(ab[0]), vb(beta);
@@ -58,14 +66,15 @@ template <index_t MR, index_t NV, class V>
 #pragma GCC unroll 16
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 4
-      for (index_t v = 0; v < NV; ++v) (va * c[r][v]).store_unaligned(d + r * ld + v * L);
+      for (index_t v = 0; v < NV; ++v)
+        post(va * c[r][v], r, v * L).store_unaligned(d + r * ld + v * L);
   } else if (beta == 1.f) {
 #pragma GCC unroll 16
     for (index_t r = 0; r < MR; ++r)
 #pragma GCC unroll 4
       for (index_t v = 0; v < NV; ++v) {
         float* p = d + r * ld + v * L;
-        xsimd::fma(va, c[r][v], V::load_unaligned(p)).store_unaligned(p);
+        post(xsimd::fma(va, c[r][v], V::load_unaligned(p)), r, v * L).store_unaligned(p);
       }
   } else {
 #pragma GCC unroll 16
@@ -73,7 +82,7 @@ template <index_t MR, index_t NV, class V>
 #pragma GCC unroll 4
       for (index_t v = 0; v < NV; ++v) {
         float* p = d + r * ld + v * L;
-        xsimd::fma(va, c[r][v], vb * V::load_unaligned(p)).store_unaligned(p);
+        post(xsimd::fma(va, c[r][v], vb * V::load_unaligned(p)), r, v * L).store_unaligned(p);
       }
   }
 }
@@ -303,6 +312,18 @@ struct fma_kernel {
     vf c[MR][NV];
     product<MR, NV>(kc, a, b, ldb, c);
     update_tile<MR, NV>(c, d, ldd, ab);
+  }
+
+  /// micro_c with post(v, r, j) applied to each vector before its store (see update_tile): the
+  /// GEMM's epilogue ops in their vector form (gemm/detail/host.hpp, vec_op).
+  template <class Post>
+  [[gnu::noinline]] static void
+  micro_c_post(index_t kc, const float* __restrict a, const float* __restrict b,
+               float* __restrict d, index_t ldd, const float* ab, index_t ldb, const Post& post) {
+    prefetch_tile<MR, NR>(d, ldd);
+    vf c[MR][NV];
+    product<MR, NV>(kc, a, b, ldb, c);
+    update_tile<MR, NV>(c, d, ldd, ab, post);
   }
 };
 

@@ -40,6 +40,7 @@
 #include <tessera/simd/lanes.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -206,6 +207,105 @@ inline float combine(const Prob& pr, const float* t, index_t i0, index_t j0, ind
   return mx;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The vectorised store of a finished tile: the epilogue ops on whole vectors of a row
+// ---------------------------------------------------------------------------------------------
+
+using vfloat = xsimd::batch<float, arch>;
+inline constexpr index_t VL = static_cast<index_t>(vfloat::size);
+
+/// Vector forms of the epilogue ops (tessera::epi): the op on the VL consecutive columns
+/// j .. j + VL - 1 of row i, lane by lane equal to the scalar op. Ops without one (gelu_tanh,
+/// gelu_erf: their tanh and erf; a caller's own op) leave the tiles to the scalar store. Other
+/// headers add forms for their own ops (found by argument-dependent lookup): conv's bias op
+/// (conv/detail/passes.hpp).
+template <class P>
+vfloat vec_op(const epi::bias_row<P>& o, const vfloat& v, index_t i, index_t) {
+  return v + vfloat(o.bias[i]);
+}
+template <class P>
+vfloat vec_op(const epi::bias_col<P>& o, const vfloat& v, index_t, index_t j) {
+  if constexpr (std::is_same_v<P, fp32>)
+    if (o.bias.stride == 1) return v + vfloat::load_unaligned(o.bias.data + j);
+  alignas(64) float b[VL];
+  for (index_t l = 0; l < VL; ++l) b[l] = o.bias[j + l];
+  return v + vfloat::load_aligned(b);
+}
+template <class P>
+vfloat vec_op(const epi::residual<P>& o, const vfloat& v, index_t i, index_t j) {
+  if constexpr (std::is_same_v<P, fp32>)
+    if (o.r.s1 == 1) return v + vfloat::load_unaligned(o.r.data + i * o.r.s0 + j);
+  alignas(64) float r[VL];
+  for (index_t l = 0; l < VL; ++l) r[l] = o.r(i, j + l);
+  return v + vfloat::load_aligned(r);
+}
+inline vfloat vec_op(const epi::relu&, const vfloat& v, index_t, index_t) {
+  return xsimd::select(v < vfloat(0.f), vfloat(0.f), v); // NaN < 0 is false: NaN stays
+}
+inline vfloat vec_op(const epi::scale& o, const vfloat& v, index_t, index_t) {
+  return v * vfloat(o.factor);
+}
+
+template <class Op>
+concept vector_op = requires(const Op& o, const vfloat& v, index_t i) {
+  { vec_op(o, v, i, i) } -> std::same_as<vfloat>;
+};
+
+/// The ops of a pack in order, on one vector (every op a vector_op).
+inline vfloat vec_ops(const op_pack<>&, const vfloat& v, index_t, index_t) {
+  return v;
+}
+template <class O, class... R>
+vfloat vec_ops(const op_pack<O, R...>& p, const vfloat& v, index_t i, index_t j) {
+  return vec_ops(p.tail, vec_op(p.head, v, i, j), i, j);
+}
+
+template <class Pack>
+inline constexpr bool vector_pack = false;
+template <class... Ops>
+inline constexpr bool vector_pack<op_pack<Ops...>> = (vector_op<Ops> && ...);
+
+/// True when the last store of a tile into C (alpha, beta, the ops) runs on vectors: a SIMD
+/// build, fp32 C without an output scale, and every op with a vector form. (For a bf16 C the
+/// scalar store, which the compiler vectorises, was as fast as the vector codec: res1x1_56's
+/// forward on Zen 5, 0.91x with the codec.)
+template <class Prob>
+constexpr bool vector_store() {
+  return have_simd && vector_pack<decltype(std::declval<Prob>().ops)> &&
+         std::is_same_v<typename decltype(std::declval<Prob>().c)::precision, fp32> &&
+         !Prob::scaled_out;
+}
+
+/// The last store of the raw sums t of rows [0, mr) and columns [0, nr) of a tile (row stride
+/// NR, 64-byte aligned) at (i0, j0) of C (fp32, unit-stride rows: C itself holds the partial
+/// sums of earlier KC slices, see c_is_target): v = alpha * t + beta * C_old for a single
+/// slice, C + alpha * t after earlier ones (c_partial); then the ops. Whole vectors in
+/// registers, the last nr % VL columns one by one. (Full tiles of the fp32 kernel take
+/// micro_c_post instead: the ops on its registers.)
+template <index_t NR, class Prob>
+void store_tile_vec(const Prob& pr, const float* t, index_t i0, index_t j0, index_t mr, index_t nr,
+                    bool c_partial) {
+  const index_t ldc = pr.c.stride(0);
+  const float al = pr.alpha, be = c_partial ? 1.f : pr.beta;
+  const vfloat va(al), vb(be);
+  for (index_t r = 0; r < mr; ++r) {
+    const index_t i = i0 + r;
+    float* crow = pr.c.data() + i * ldc + j0;
+    const float* tr = t + r * NR;
+    index_t j = 0;
+    for (; j + VL <= nr; j += VL) {
+      vfloat v = va * vfloat::load_aligned(tr + j);
+      if (be != 0.f) v = xsimd::fma(vb, vfloat::load_unaligned(crow + j), v);
+      vec_ops(pr.ops, v, i, j0 + j).store_unaligned(crow + j);
+    }
+    for (; j < nr; ++j) {
+      float v = al * tr[j];
+      if (be != 0.f) v += be * crow[j];
+      crow[j] = pr.ops(v, i, j0 + j);
+    }
+  }
+}
+
 /// The blocked loops of the file comment over one part of C, with kernel Kern.
 /// The blocking bk (gemm/detail/blocking.hpp) must fit the kernel's buffers: see check_blocking.
 template <class Kern, class Prob>
@@ -310,6 +410,19 @@ float run_part(const Prob& pr, const part& pt, const blocking& bk) {
                           cdata + (pt.i0 + ic + ir) * ldc + pt.j0 + jc + jr, ldc, ab);
                   continue;
                 }
+                if constexpr (vector_store<Prob>() &&
+                              requires { &Kern::template micro_c_post<no_post>; }) {
+                  // The last KC slice into fp32 C: the ops on the registers before the store.
+                  if (direct) {
+                    const float ab[2] = {pr.alpha, first ? pr.beta : 1.f};
+                    const index_t i0 = pt.i0 + ic + ir, j0 = pt.j0 + jc + jr;
+                    Kern::micro_c_post(kcp, pa + ir * kcp, bp, cdata + i0 * ldc + j0, ldc, ab, ldb,
+                                       [&](const vfloat& v, index_t r, index_t j) {
+                                         return vec_ops(pr.ops, v, i0 + r, j0 + j);
+                                       });
+                    continue;
+                  }
+                }
                 if (w && !last) {
                   const float ab[2] = {1.f, first ? 0.f : 1.f};
                   micro_c(Kern{}, kcp, pa + ir * kcp, bp, ldb, w, ldw, ab);
@@ -323,6 +436,12 @@ float run_part(const Prob& pr, const part& pt, const blocking& bk) {
               Kern::micro(kcp, pa + ir * kcp, bp, tile, mr, nr);
             else
               Kern::micro(kcp, pa + ir * kcp, bp, tile);
+            if constexpr (vector_store<Prob>()) {
+              if (last && direct) {
+                store_tile_vec<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, mr, nr, !first);
+                continue;
+              }
+            }
             const float m = combine<NR>(pr, tile, pt.i0 + ic + ir, pt.j0 + jc + jr, mr, nr, first,
                                         last, direct, w, ldw);
             mx = m > mx ? m : mx;
