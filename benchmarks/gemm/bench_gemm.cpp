@@ -5,7 +5,9 @@
 //
 // Shapes (M, N, K): square 64 .. 2048 and (4096, 1024, 1024), (64, 4096, 4096) (issue 3); and
 // cold/...: the char GPT's weight-gradient shapes with a transposed A and operands out of cache
-// (bm_cold), tessera only.
+// (bm_cold), tessera only; epi/...: fp32 C = relu(A B + bias[j]), a linear layer's epilogue,
+// tessera's against oneDNN's matmul with a bias and a ReLU post-op, and tessera's plain GEMM
+// (bm_epilogue, 1 thread).
 // Filter with Google Benchmark's --benchmark_filter, e.g. '1024x1024x1024/threads:1/' or
 // 'tessera_bf16|onednn_bf16'; the summary tables show what ran.
 //
@@ -444,6 +446,91 @@ void register_cold() {
   }
 }
 
+/// A linear layer's epilogue: fp32 C = relu(A B + bias[j]) (epi::bias_col, then epi::relu), 1
+/// thread; oneDNN runs the same as a matmul with a bias and a ReLU post-op. Also tessera's plain
+/// GEMM of the shape (the epilogue's cost). Named epi/MxNxK/threads:1/<impl>.
+const std::vector<shape> epi_shapes = {{256, 3136, 64}, {512, 512, 128}, {1024, 1024, 1024}};
+const char* const epi_impls[] = {"tessera_fp32_plain", "tessera_fp32_bias_relu",
+                                 "onednn_fp32_bias_relu"};
+
+void bm_epilogue_tessera(benchmark::State& st, shape s, bool with_ops) {
+#if defined(KOKKOS_ENABLE_SERIAL)
+  const Kokkos::Serial exec;
+  using matrix = tessera::Tensor<tessera::fp32, tessera::dextents<2>, tessera::layout_right,
+                                 Kokkos::HostSpace>;
+  matrix a("a", s.m, s.k), b("b", s.k, s.n), c("c", s.m, s.n);
+  tessera::Tensor<tessera::fp32, tessera::dextents<1>, tessera::layout_right, Kokkos::HostSpace>
+      bias("bias", s.n);
+  tessera::fill_uniform(exec, a, 1, -1.f, 1.f);
+  tessera::fill_uniform(exec, b, 2, -1.f, 1.f);
+  tessera::fill_uniform(exec, bias, 3, -1.f, 1.f);
+  if (with_ops) {
+    const auto e = tessera::make_epilogue({}, tessera::epi::bias_col{bias}, tessera::epi::relu{});
+    timed_loop(st, s, 1, epi_impls[1], [&] { tessera::gemm(exec, a, b, c, e); });
+  } else {
+    timed_loop(st, s, 1, epi_impls[0], [&] { tessera::gemm(exec, a, b, c); });
+  }
+#else
+  st.SkipWithError("Kokkos::Serial is not enabled");
+  for (auto _ : st) {
+  }
+  (void)s;
+  (void)with_ops;
+#endif
+}
+
+#if defined(TESSERA_HAVE_DNNL)
+void bm_epilogue_onednn(benchmark::State& st, shape s) {
+  using namespace dnnl; // NOLINT: benchmark source, not a header
+  omp_set_num_threads(1);
+  engine eng(engine::kind::cpu, 0);
+  stream strm(eng);
+  const auto f32 = memory::data_type::f32;
+  const memory::desc a_md({s.m, s.k}, f32, memory::format_tag::ab),
+      b_md({s.k, s.n}, f32, memory::format_tag::ab), bias_md({1, s.n}, f32, memory::format_tag::ab),
+      c_md({s.m, s.n}, f32, memory::format_tag::ab);
+  try {
+    post_ops po;
+    po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+    primitive_attr attr;
+    attr.set_post_ops(po);
+    const matmul::primitive_desc pd(matmul::desc(a_md, b_md, bias_md, c_md), attr, eng);
+    const matmul prim(pd);
+    memory a(a_md, eng), b(b_md, eng), bias(bias_md, eng), c(c_md, eng);
+    fill_random(a.get_data_handle(), s.m * s.k, false, 1);
+    fill_random(b.get_data_handle(), s.k * s.n, false, 2);
+    fill_random(bias.get_data_handle(), s.n, false, 3);
+    const std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, c}};
+    timed_loop(st, s, 1, epi_impls[2], [&] {
+      prim.execute(strm, args);
+      strm.wait();
+    });
+  } catch (const dnnl::error& e) {
+    st.SkipWithError(e.what());
+    for (auto _ : st) {
+    }
+  }
+}
+#endif
+
+void register_epilogue() {
+  for (const shape& s : epi_shapes) {
+    const std::string base = "epi/" + s.name() + "/threads:1/";
+    const auto reg = [&](const std::string& impl, auto fn) {
+      benchmark::RegisterBenchmark((base + impl).c_str(), fn)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2)
+          ->UseRealTime();
+    };
+    reg(epi_impls[0], [=](benchmark::State& st) { bm_epilogue_tessera(st, s, false); });
+    reg(epi_impls[1], [=](benchmark::State& st) { bm_epilogue_tessera(st, s, true); });
+#if defined(TESSERA_HAVE_DNNL)
+    reg(epi_impls[2], [=](benchmark::State& st) { bm_epilogue_onednn(st, s); });
+#endif
+  }
+}
+
 /// Fastest time of an implementation, or 0 if it did not run.
 double secs(const shape& s, int t, const char* impl) {
   const auto it = best_seconds.find(key(s, t, impl));
@@ -519,6 +606,24 @@ void print_tables() {
       std::printf("| %s | %s | %s |\n", s.name().c_str(), r("tessera_fp32").c_str(),
                   r("tessera_bf16").c_str());
   }
+  // The linear layer's epilogue (bm_epilogue_*), where it ran.
+  bool any_epi = false;
+  for (const auto& s : epi_shapes)
+    for (const char* i : epi_impls) any_epi = any_epi || secs(s, 1, i) > 0;
+  if (any_epi) {
+    std::printf("\nfp32 C = relu(A B + bias[j]), 1 thread, GFLOP/s; epilogue cost = plain GEMM "
+                "time over the epilogue's; ratio > 1: tessera faster:\n\n"
+                "| M x N x K | tessera plain | tessera bias + relu | oneDNN bias + relu | "
+                "epilogue cost | tessera / oneDNN |\n|---|---|---|---|---|---|\n");
+    for (const auto& s : epi_shapes) {
+      const double p = secs(s, 1, epi_impls[0]), t = secs(s, 1, epi_impls[1]),
+                   o = secs(s, 1, epi_impls[2]);
+      const auto g = [&](double sec) { return fmt(sec > 0 ? s.flops() / sec * 1e-9 : 0, "%.0f"); };
+      std::printf("| %s | %s | %s | %s | %s | %s |\n", s.name().c_str(), g(p).c_str(), g(t).c_str(),
+                  g(o).c_str(), fmt(speedup(p, t), "%.2f").c_str(),
+                  fmt(speedup(o, t), "%.2f").c_str());
+    }
+  }
   // The issue's targets: the worst case over the sizes each one covers.
   std::printf("\nTargets (issue 3; worst case over the sizes covered, '-' where not measured):\n\n"
               "| target | measured | met |\n|---|---|---|\n");
@@ -579,6 +684,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("amx_peak_gflops_per_core", std::to_string(amx_peak));
   register_all();
   register_cold();
+  register_epilogue();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_tables();
