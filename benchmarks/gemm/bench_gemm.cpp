@@ -302,23 +302,37 @@ void bm_tessera(benchmark::State& st, shape s, int threads, std::string impl) {
 }
 
 #if defined(TESSERA_HAVE_DNNL)
-void bm_onednn(benchmark::State& st, shape s, int threads, dnnl::memory::data_type dt) {
+/// oneDNN's matmul; with bias_relu, C = relu(A B + bias[j]) by a bias and a ReLU post-op (the
+/// epi/ rows, named onednn_fp32_bias_relu).
+void bm_onednn(benchmark::State& st, shape s, int threads, dnnl::memory::data_type dt,
+               bool bias_relu = false) {
   using namespace dnnl; // NOLINT: benchmark source, not a header
   omp_set_num_threads(threads);
   engine eng(engine::kind::cpu, 0);
   stream strm(eng);
+  const auto f32 = memory::data_type::f32;
   const memory::desc a_md({s.m, s.k}, dt, memory::format_tag::ab),
-      b_md({s.k, s.n}, dt, memory::format_tag::ab),
-      c_md({s.m, s.n}, memory::data_type::f32, memory::format_tag::ab);
+      b_md({s.k, s.n}, dt, memory::format_tag::ab), c_md({s.m, s.n}, f32, memory::format_tag::ab),
+      bias_md({1, s.n}, f32, memory::format_tag::ab);
   try {
-    const matmul::primitive_desc pd(matmul::desc(a_md, b_md, c_md), eng);
+    post_ops po;
+    if (bias_relu) po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+    primitive_attr attr;
+    attr.set_post_ops(po);
+    const matmul::primitive_desc pd(bias_relu ? matmul::desc(a_md, b_md, bias_md, c_md)
+                                              : matmul::desc(a_md, b_md, c_md),
+                                    attr, eng);
     const matmul prim(pd);
-    memory a(a_md, eng), b(b_md, eng), c(c_md, eng);
+    memory a(a_md, eng), b(b_md, eng), c(c_md, eng), bias(bias_md, eng);
     fill_random(a.get_data_handle(), s.m * s.k, dt == memory::data_type::bf16, 1);
     fill_random(b.get_data_handle(), s.k * s.n, dt == memory::data_type::bf16, 2);
-    const std::unordered_map<int, memory> args = {
+    fill_random(bias.get_data_handle(), s.n, false, 3);
+    std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-    const std::string impl = dt == memory::data_type::f32 ? "onednn_fp32" : "onednn_bf16";
+    if (bias_relu) args.insert({DNNL_ARG_BIAS, bias});
+    const std::string impl = bias_relu                      ? "onednn_fp32_bias_relu"
+                             : dt == memory::data_type::f32 ? "onednn_fp32"
+                                                            : "onednn_bf16";
     timed_loop(st, s, threads, impl, [&] {
       prim.execute(strm, args);
       strm.wait();
@@ -346,16 +360,22 @@ void bm_openblas(benchmark::State& st, shape s, int threads) {
 }
 #endif
 
+/// Registers fn as benchmark `name`: milliseconds, at least 0.2 s, real time (the timed loops
+/// keep their own clocks; see timed_loop).
+template <class F>
+void register_ms(const std::string& name, F fn) {
+  benchmark::RegisterBenchmark(name.c_str(), fn)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.2)
+      ->UseRealTime();
+}
+
 template <class Exec>
 void register_tessera(const std::string& base, const shape& s, int threads) {
   using namespace tessera; // NOLINT: benchmark source
   const auto reg = [&]<class PA, class PB>(const char* impl, PA, PB) {
-    benchmark::RegisterBenchmark(
-        (base + impl).c_str(),
-        [=](benchmark::State& st) { bm_tessera<Exec, PA, PB>(st, s, threads, impl); })
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.2)
-        ->UseRealTime();
+    register_ms(base + impl,
+                [=](benchmark::State& st) { bm_tessera<Exec, PA, PB>(st, s, threads, impl); });
   };
   reg("tessera_fp32", fp32{}, fp32{});
   reg("tessera_bf16", bf16{}, bf16{});
@@ -368,12 +388,7 @@ void register_all() {
   for (int threads : {1, 2})
     for (const auto& s : shapes) {
       const std::string base = s.name() + "/threads:" + std::to_string(threads) + "/";
-      const auto reg = [&](const std::string& impl, auto fn) {
-        benchmark::RegisterBenchmark((base + impl).c_str(), fn)
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(0.2)
-            ->UseRealTime();
-      };
+      const auto reg = [&](const std::string& impl, auto fn) { register_ms(base + impl, fn); };
 #if defined(TESSERA_HAVE_OPENBLAS)
       reg("openblas_fp32", [=](benchmark::State& st) { bm_openblas(st, s, threads); });
 #endif
@@ -433,12 +448,7 @@ void register_cold() {
   for (const shape s : {shape{512, 128, 2048}, shape{128, 512, 2048}, shape{384, 128, 2048},
                         shape{128, 128, 2048}}) {
     const std::string base = "cold/" + s.name() + "/threads:1/";
-    const auto reg = [&](const std::string& impl, auto fn) {
-      benchmark::RegisterBenchmark((base + impl).c_str(), fn)
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(0.2)
-          ->UseRealTime();
-    };
+    const auto reg = [&](const std::string& impl, auto fn) { register_ms(base + impl, fn); };
     reg("tessera_fp32",
         [=](benchmark::State& st) { bm_cold<tessera::fp32>(st, s, "tessera_fp32"); });
     reg("tessera_bf16",
@@ -479,54 +489,15 @@ void bm_epilogue_tessera(benchmark::State& st, shape s, bool with_ops) {
 #endif
 }
 
-#if defined(TESSERA_HAVE_DNNL)
-void bm_epilogue_onednn(benchmark::State& st, shape s) {
-  using namespace dnnl; // NOLINT: benchmark source, not a header
-  omp_set_num_threads(1);
-  engine eng(engine::kind::cpu, 0);
-  stream strm(eng);
-  const auto f32 = memory::data_type::f32;
-  const memory::desc a_md({s.m, s.k}, f32, memory::format_tag::ab),
-      b_md({s.k, s.n}, f32, memory::format_tag::ab), bias_md({1, s.n}, f32, memory::format_tag::ab),
-      c_md({s.m, s.n}, f32, memory::format_tag::ab);
-  try {
-    post_ops po;
-    po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-    primitive_attr attr;
-    attr.set_post_ops(po);
-    const matmul::primitive_desc pd(matmul::desc(a_md, b_md, bias_md, c_md), attr, eng);
-    const matmul prim(pd);
-    memory a(a_md, eng), b(b_md, eng), bias(bias_md, eng), c(c_md, eng);
-    fill_random(a.get_data_handle(), s.m * s.k, false, 1);
-    fill_random(b.get_data_handle(), s.k * s.n, false, 2);
-    fill_random(bias.get_data_handle(), s.n, false, 3);
-    const std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, c}};
-    timed_loop(st, s, 1, epi_impls[2], [&] {
-      prim.execute(strm, args);
-      strm.wait();
-    });
-  } catch (const dnnl::error& e) {
-    st.SkipWithError(e.what());
-    for (auto _ : st) {
-    }
-  }
-}
-#endif
-
 void register_epilogue() {
   for (const shape& s : epi_shapes) {
     const std::string base = "epi/" + s.name() + "/threads:1/";
-    const auto reg = [&](const std::string& impl, auto fn) {
-      benchmark::RegisterBenchmark((base + impl).c_str(), fn)
-          ->Unit(benchmark::kMillisecond)
-          ->MinTime(0.2)
-          ->UseRealTime();
-    };
+    const auto reg = [&](const std::string& impl, auto fn) { register_ms(base + impl, fn); };
     reg(epi_impls[0], [=](benchmark::State& st) { bm_epilogue_tessera(st, s, false); });
     reg(epi_impls[1], [=](benchmark::State& st) { bm_epilogue_tessera(st, s, true); });
 #if defined(TESSERA_HAVE_DNNL)
-    reg(epi_impls[2], [=](benchmark::State& st) { bm_epilogue_onednn(st, s); });
+    reg(epi_impls[2],
+        [=](benchmark::State& st) { bm_onednn(st, s, 1, dnnl::memory::data_type::f32, true); });
 #endif
   }
 }
