@@ -7,7 +7,7 @@
 // cold/...: the char GPT's weight-gradient shapes with a transposed A and operands out of cache
 // (bm_cold), tessera only; epi/...: fp32 C = relu(A B + bias[j]), a linear layer's epilogue,
 // tessera's against oneDNN's matmul with a bias and a ReLU post-op, and tessera's plain GEMM
-// (bm_epilogue, 1 thread).
+// (bm_tessera and bm_onednn with bias_relu, 1 thread).
 // Filter with Google Benchmark's --benchmark_filter, e.g. '1024x1024x1024/threads:1/' or
 // 'tessera_bf16|onednn_bf16'; the summary tables show what ran.
 //
@@ -289,16 +289,27 @@ void timed_loop(benchmark::State& st, const shape& s, int threads, const std::st
 }
 
 template <class Exec, class PA, class PB>
-void bm_tessera(benchmark::State& st, shape s, int threads, std::string impl) {
+/// tessera::gemm; with bias_relu, C = relu(A B + bias[j]) (epi::bias_col, then epi::relu: the
+/// epi/ rows).
+void bm_tessera(benchmark::State& st, shape s, int threads, std::string impl,
+                bool bias_relu = false) {
   using space = typename Exec::memory_space;
   const Exec exec;
   tessera::Tensor<PA, tessera::dextents<2>, tessera::layout_right, space> a("a", s.m, s.k);
   tessera::Tensor<PB, tessera::dextents<2>, tessera::layout_right, space> b("b", s.k, s.n);
   tessera::Tensor<tessera::fp32, tessera::dextents<2>, tessera::layout_right, space> c("c", s.m,
                                                                                        s.n);
+  tessera::Tensor<tessera::fp32, tessera::dextents<1>, tessera::layout_right, space> bias("bias",
+                                                                                          s.n);
   tessera::fill_uniform(exec, a, 1, -1.f, 1.f);
   tessera::fill_uniform(exec, b, 2, -1.f, 1.f);
-  timed_loop(st, s, threads, impl, [&] { tessera::gemm(exec, a, b, c); });
+  tessera::fill_uniform(exec, bias, 3, -1.f, 1.f);
+  if (bias_relu) {
+    const auto e = tessera::make_epilogue({}, tessera::epi::bias_col{bias}, tessera::epi::relu{});
+    timed_loop(st, s, threads, impl, [&] { tessera::gemm(exec, a, b, c, e); });
+  } else {
+    timed_loop(st, s, threads, impl, [&] { tessera::gemm(exec, a, b, c); });
+  }
 }
 
 #if defined(TESSERA_HAVE_DNNL)
@@ -463,38 +474,19 @@ const std::vector<shape> epi_shapes = {{256, 3136, 64}, {512, 512, 128}, {1024, 
 const char* const epi_impls[] = {"tessera_fp32_plain", "tessera_fp32_bias_relu",
                                  "onednn_fp32_bias_relu"};
 
-void bm_epilogue_tessera(benchmark::State& st, shape s, bool with_ops) {
-#if defined(KOKKOS_ENABLE_SERIAL)
-  const Kokkos::Serial exec;
-  using matrix = tessera::Tensor<tessera::fp32, tessera::dextents<2>, tessera::layout_right,
-                                 Kokkos::HostSpace>;
-  matrix a("a", s.m, s.k), b("b", s.k, s.n), c("c", s.m, s.n);
-  tessera::Tensor<tessera::fp32, tessera::dextents<1>, tessera::layout_right, Kokkos::HostSpace>
-      bias("bias", s.n);
-  tessera::fill_uniform(exec, a, 1, -1.f, 1.f);
-  tessera::fill_uniform(exec, b, 2, -1.f, 1.f);
-  tessera::fill_uniform(exec, bias, 3, -1.f, 1.f);
-  if (with_ops) {
-    const auto e = tessera::make_epilogue({}, tessera::epi::bias_col{bias}, tessera::epi::relu{});
-    timed_loop(st, s, 1, epi_impls[1], [&] { tessera::gemm(exec, a, b, c, e); });
-  } else {
-    timed_loop(st, s, 1, epi_impls[0], [&] { tessera::gemm(exec, a, b, c); });
-  }
-#else
-  st.SkipWithError("Kokkos::Serial is not enabled");
-  for (auto _ : st) {
-  }
-  (void)s;
-  (void)with_ops;
-#endif
-}
-
 void register_epilogue() {
   for (const shape& s : epi_shapes) {
     const std::string base = "epi/" + s.name() + "/threads:1/";
     const auto reg = [&](const std::string& impl, auto fn) { register_ms(base + impl, fn); };
-    reg(epi_impls[0], [=](benchmark::State& st) { bm_epilogue_tessera(st, s, false); });
-    reg(epi_impls[1], [=](benchmark::State& st) { bm_epilogue_tessera(st, s, true); });
+#if defined(KOKKOS_ENABLE_SERIAL)
+    using tessera::fp32;
+    reg(epi_impls[0], [=](benchmark::State& st) {
+      bm_tessera<Kokkos::Serial, fp32, fp32>(st, s, 1, epi_impls[0]);
+    });
+    reg(epi_impls[1], [=](benchmark::State& st) {
+      bm_tessera<Kokkos::Serial, fp32, fp32>(st, s, 1, epi_impls[1], true);
+    });
+#endif
 #if defined(TESSERA_HAVE_DNNL)
     reg(epi_impls[2],
         [=](benchmark::State& st) { bm_onednn(st, s, 1, dnnl::memory::data_type::f32, true); });
@@ -577,7 +569,7 @@ void print_tables() {
       std::printf("| %s | %s | %s |\n", s.name().c_str(), r("tessera_fp32").c_str(),
                   r("tessera_bf16").c_str());
   }
-  // The linear layer's epilogue (bm_epilogue_*), where it ran.
+  // The linear layer's epilogue (the epi/ rows), where it ran.
   bool any_epi = false;
   for (const auto& s : epi_shapes)
     for (const char* i : epi_impls) any_epi = any_epi || secs(s, 1, i) > 0;
